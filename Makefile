@@ -1,0 +1,65 @@
+# chatsite — `make run` serves the app locally; `make test` runs the whole suite.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-python test-js lint typecheck install migrate vendor-check bench bench-full \
+        cluster screenshots test-real-upstream clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+migrate: $(STAMP)
+	DJANGO_DEBUG=1 $(BIN)/python manage.py migrate --noinput
+
+# One daphne process, SQLite, no Redis, the built-in demo model: nothing else to start.
+run: migrate
+	@echo "chatsite on http://127.0.0.1:$(PORT)/ (Ctrl-C stops it)"
+	DJANGO_DEBUG=1 PORT=$(PORT) $(BIN)/daphne -b 127.0.0.1 -p $(PORT) chatsite.asgi:application
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	DJANGO_DEBUG=1 $(BIN)/mypy chat chatsite
+
+vendor-check: $(STAMP)
+	$(BIN)/python scripts/vendor_static.py --check
+
+test-js:
+	node --test tests/js/
+
+test-python: $(STAMP)
+	$(BIN)/pytest -m "not real_upstream" $(PYTEST_ARGS)
+
+# Everything: style, types, vendored files, the JS modules and the Python suite (incl. browser).
+test: lint typecheck vendor-check test-js test-python
+
+test-real-upstream: $(STAMP)
+	bash scripts/real_upstream.sh
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run --quick
+
+bench-full: $(STAMP)
+	$(BIN)/python -m bench.run --full
+
+cluster: $(STAMP)
+	bash deploy/cluster.sh
+
+screenshots: $(STAMP)
+	SCREENSHOTS=1 $(BIN)/pytest tests/browser/test_screenshots.py -q
+
+clean:
+	rm -rf $(VENV) staticfiles .pytest_cache .mypy_cache .ruff_cache

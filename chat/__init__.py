@@ -1,0 +1,1 @@
+"""chat: conversations, streamed chat turns, limits and device tiers."""

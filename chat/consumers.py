@@ -1,0 +1,307 @@
+"""ChatConsumer: frames in, frames out; the work is done by chat.services and chat.turns."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from chat import frames, services
+from chat.models import Message
+from chat.startup import ensure_started
+from chat.streamlog import Chunk, Done, StreamLogUnavailable, get_stream_log
+from chat.turns import Turn, registry
+
+log = logging.getLogger(__name__)
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_TOO_SLOW = 4408  # the tab stopped reading; it reconnects and resumes
+
+
+class ChatConsumer(AsyncWebsocketConsumer):
+    """One per tab. Everything it sends goes through one ordered outbox."""
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        ensure_started()
+        self.user_id: int = user.pk
+        self.tier = self.scope["tier"]
+        self.outbox: deque[str | int] = deque()  # an int is a close code, sent in order
+        self.wakeup = asyncio.Event()
+        self.watching: dict[str, asyncio.Task[None] | Turn] = {}
+        self.group = f"user.{self.user_id}"
+        await self.accept()
+        self.sender = asyncio.get_running_loop().create_task(self._send_loop())
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        self.push(
+            frames.ready(
+                self.tier.tier,
+                self.tier.model,
+                settings.CHAT_INSTANCE_ID,
+                device=self.tier.device,
+                reason=self.tier.reason,
+            )
+        )
+
+    async def disconnect(self, code: int) -> None:
+        if not hasattr(self, "outbox"):
+            return
+        # Turns go on without us: the answer is still completed and saved.
+        for mid, watch in list(self.watching.items()):
+            if isinstance(watch, Turn):
+                watch.detach(self)
+            else:
+                watch.cancel()
+            self.watching.pop(mid, None)
+        self.sender.cancel()
+        await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    # --- the ordered outbox ---------------------------------------------------------------
+    def push(self, frame: str) -> None:
+        """Queue a frame (turns call this from their flush); never blocks."""
+        if len(self.outbox) >= settings.CHAT_SEND_BUFFER_FRAMES:
+            # A tab that stops reading must not grow our memory without bound (PITFALLS).
+            log.warning("closing a socket whose outbox is full (%d frames)", len(self.outbox))
+            self.outbox.clear()
+            self.close_after_sending(CLOSE_TOO_SLOW)
+            return
+        self.outbox.append(frame)
+        self.wakeup.set()
+
+    def close_after_sending(self, code: int) -> None:
+        self.outbox.append(code)
+        self.wakeup.set()
+
+    async def _send_loop(self) -> None:
+        outbox, wakeup = self.outbox, self.wakeup
+        while True:
+            await wakeup.wait()
+            wakeup.clear()
+            while outbox:
+                item = outbox.popleft()
+                if isinstance(item, int):
+                    await self.close(code=item)
+                    return
+                await self.send(text_data=item)
+
+    def send_error(self, code: str, message: str, **extra: Any) -> None:
+        self.push(frames.error(code, message, **extra))
+
+    # --- frames in ------------------------------------------------------------------------
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if text_data is None:
+            self.send_error("bad_request", "Frames must be JSON text.")
+            return
+        try:
+            frame = json.loads(text_data)
+        except ValueError:
+            self.send_error("bad_request", "That frame is not valid JSON.")
+            return
+        if not isinstance(frame, dict):
+            self.send_error("bad_request", "A frame must be a JSON object with a type.")
+            return
+        kind = frame.get("type")
+        try:
+            if kind == "prompt":
+                await self.on_prompt(frame)
+            elif kind == "stop":
+                await self.on_stop(frame)
+            elif kind == "resume":
+                await self.on_resume(frame)
+            else:
+                self.send_error("bad_request", f"Unknown frame type {str(kind)[:40]!r}.")
+        except services.BadRequest as exc:
+            self.send_error("bad_request", str(exc), mid=frame.get("mid"))
+        except services.NotFound as exc:
+            self.send_error("not_found", str(exc), mid=frame.get("mid"))
+
+    async def on_prompt(self, frame: dict[str, Any]) -> None:
+        # The limiter middleware admitted this prompt and left what it holds for the turn.
+        admissions = self.scope.get("chat.admissions")
+        admission = admissions.popleft() if admissions else None
+        try:
+            text = services.check_prompt_text(frame.get("text"))
+            conversation_id = frame.get("conversation") or None
+            if conversation_id is not None and not isinstance(conversation_id, str):
+                raise services.BadRequest("The conversation must be an id.")
+            # The socket's user was resolved at connect: re-check the session (PITFALLS).
+            if not await database_sync_to_async(services.user_is_active)(
+                self.user_id, self.scope["session"].session_key
+            ):
+                await self.chat_logout({})
+                if admission is not None:
+                    await admission.settle(None)
+                return
+            exchange = await database_sync_to_async(services.do_start_exchange)(
+                self.user_id, conversation_id, text, model=self.tier.model, tier=self.tier.tier
+            )
+        except Exception:
+            if admission is not None:
+                await admission.settle(None)
+            raise
+        answer = exchange.answer
+        self.push(
+            frames.exchange_html(
+                exchange.conversation,
+                exchange.prompt,
+                answer,
+                target="#messages",
+                watch=False,
+                created=exchange.created,
+            )
+        )
+        turn = Turn(
+            mid=answer.mid,
+            conversation_id=str(exchange.conversation.id),
+            user_id=self.user_id,
+            model=self.tier.model,
+            tier=self.tier.tier,
+            messages=_trimmed(exchange.history),
+            max_tokens=self.tier.max_tokens or settings.LLM_MAX_TOKENS or None,
+            temperature=self.tier.temperature,
+            admission=admission,
+        )
+        registry.start(turn)
+        self.watching[answer.mid] = turn
+        turn.attach(self)
+        # Other tabs of this user (on any instance) show the new exchange and follow it.
+        await self.channel_layer.group_send(
+            self.group,
+            {
+                "type": "chat.exchange",
+                "origin": self.channel_name,
+                "conversation": str(exchange.conversation.id),
+                "prompt": exchange.prompt.mid,
+                "answer": answer.mid,
+                "created": exchange.created,
+            },
+        )
+
+    async def on_stop(self, frame: dict[str, Any]) -> None:
+        message = await database_sync_to_async(services.check_message)(
+            self.user_id, frame.get("mid")
+        )
+        if message.status == Message.Status.STREAMING:
+            await registry.stop(message.mid)
+        # A stop for a finished answer is not an error: the done frame already went out.
+
+    async def on_resume(self, frame: dict[str, Any]) -> None:
+        after = frame.get("after", -1)
+        if isinstance(after, bool) or not isinstance(after, int) or after < -1:
+            raise services.BadRequest("`after` must be a whole number ≥ -1.")
+        message = await database_sync_to_async(services.check_message)(
+            self.user_id, frame.get("mid")
+        )
+        mid = message.mid
+        previous = self.watching.pop(mid, None)
+        if isinstance(previous, Turn):
+            previous.detach(self)
+        elif previous is not None:
+            previous.cancel()
+        turn = registry.get(mid)
+        if turn is not None:
+            if after >= len(turn.chunks) and turn.final_frames is None:
+                raise services.BadRequest(
+                    f"`after` is beyond the last chunk ({len(turn.chunks) - 1})."
+                )
+            self.watching[mid] = turn
+            turn.attach(self, after)
+            return
+        if message.status != Message.Status.STREAMING:
+            if after >= max(message.chunk_count, 1) and message.chunk_count:
+                raise services.BadRequest(
+                    f"`after` is beyond the last chunk ({message.chunk_count - 1})."
+                )
+            await self._push_final(message)
+            return
+        self.watching[mid] = asyncio.get_running_loop().create_task(self._follow_log(mid, after))
+
+    async def _follow_log(self, mid: str, after: int) -> None:
+        """Follow an answer whose turn runs on another instance (or died) through the log."""
+        try:
+            while True:
+                async for entry in get_stream_log().read(mid, after):
+                    if isinstance(entry, Chunk):
+                        after = entry.seq
+                        self.push(frames.chunk(mid, entry.seq, entry.text))
+                    elif isinstance(entry, Done):
+                        message = await database_sync_to_async(Message.objects.get)(mid=mid)
+                        self.push(await frames.final_message_html(message))
+                        self.push(json.dumps(entry.payload))
+                        return
+                # No log (yet, or any more): the database decides.
+                await database_sync_to_async(services.do_reap_orphans)()
+                message = await database_sync_to_async(Message.objects.get)(mid=mid)
+                if message.status != Message.Status.STREAMING:
+                    await self._push_final(message)
+                    return
+        except StreamLogUnavailable:
+            self.send_error(
+                "unavailable",
+                "Live updates are unavailable right now; reload in a moment.",
+                mid=mid,
+            )
+        except Message.DoesNotExist:
+            self.send_error("not_found", "That message was deleted.", mid=mid)
+        finally:
+            if self.watching.get(mid) is asyncio.current_task():
+                self.watching.pop(mid, None)
+
+    async def _push_final(self, message: Message) -> None:
+        self.push(await frames.final_message_html(message))
+        self.push(
+            json.dumps(
+                frames.done(
+                    message.mid,
+                    message.chunk_count,
+                    message.status,
+                    message.prompt_tokens,
+                    message.completion_tokens,
+                    error=message.error,
+                )
+            )
+        )
+
+    # --- events from other consumers (channel layer: rare control events only) ----------
+    async def chat_exchange(self, event: dict[str, Any]) -> None:
+        if event["origin"] == self.channel_name:
+            return
+        html = await database_sync_to_async(_exchange_for_watchers)(event)
+        if html:
+            self.push(html)
+
+    async def chat_logout(self, event: dict[str, Any]) -> None:
+        self.send_error("unauthenticated", "You have been logged out. Log in again.")
+        self.close_after_sending(CLOSE_UNAUTHENTICATED)
+
+
+def _trimmed(history: list[dict[str, str]]) -> list[dict[str, str]]:
+    from chat.upstream import trim_history
+
+    return trim_history(history, settings.LLM_CONTEXT_CHARS)
+
+
+def _exchange_for_watchers(event: dict[str, Any]) -> str | None:
+    try:
+        prompt = Message.objects.select_related("conversation").get(mid=event["prompt"])
+        answer = Message.objects.get(mid=event["answer"])
+    except Message.DoesNotExist:
+        return None
+    conversation = prompt.conversation
+    return frames.exchange_html(
+        conversation,
+        prompt,
+        answer,
+        target=f'#messages[data-conversation="{conversation.id}"]',
+        watch=True,
+        created=event["created"],
+    )

@@ -1,0 +1,335 @@
+"""One chat turn: stream the upstream, number and coalesce chunks, log them, persist the answer.
+
+A turn runs as its own task, decoupled from any socket: a dropped socket does not end it, an
+explicit stop does (and closes the upstream request at once). Watchers — the tab that asked,
+other tabs on this instance — attach to the turn and get frames pushed to them; watchers on
+other instances read the stream log, which the turn appends to once per coalesced frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from chat import frames, services
+from chat.control import get_control
+from chat.models import Message
+from chat.streamlog import get_stream_log
+from chat.upstream import Delta, Finish, UpstreamError, Usage, get_client
+
+log = logging.getLogger(__name__)
+
+FAILED_INTERNAL = "Something went wrong on our side; the partial answer is saved. You can retry."
+
+
+class Watcher(Protocol):
+    """Something that shows a turn: a socket. `push` must not block (it queues)."""
+
+    def push(self, frame: str) -> None: ...
+
+
+class Settlement(Protocol):
+    """What the limiter holds for a turn (chat.ratelimit.Admission)."""
+
+    async def refresh(self) -> None: ...
+
+    async def settle(self, used_tokens: int | None) -> None: ...
+
+
+def estimate_tokens(text: str) -> int:
+    # ~4 characters per token for English; only used when the upstream reports no usage.
+    return max(1, (len(text) + 3) // 4) if text else 0
+
+
+class Turn:
+    def __init__(
+        self,
+        *,
+        mid: str,
+        conversation_id: str,
+        user_id: int,
+        model: str,
+        tier: str,
+        messages: list[dict[str, str]],
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        admission: Settlement | None = None,
+        on_end: Callable[[Turn], None] | None = None,
+    ) -> None:
+        self.mid = mid
+        self.conversation_id = conversation_id
+        self.user_id = user_id
+        self.model = model
+        self.tier = tier
+        self.messages = messages
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.admission = admission
+        self.on_end = on_end
+        self.chunks: list[str] = []
+        self.watchers: set[Watcher] = set()
+        self.final_frames: list[str] | None = None
+        self.status: str = Message.Status.STREAMING
+        self.stop_requested = False
+        self.task: asyncio.Task[None] | None = None
+        self._pending: list[str] = []
+        self._flush_handle: asyncio.TimerHandle | None = None
+        self._last_flush = float("-inf")
+        self._interval = settings.CHAT_COALESCE_MS / 1000
+        self._usage: Usage | None = None
+        self._finish_reason = ""
+        self._ttft_ms: int | None = None
+        self._log = get_stream_log()
+
+    # --- watchers -----------------------------------------------------------------------
+    def attach(self, watcher: Watcher, after: int = -1) -> None:
+        """Replay the chunks after `after`, then follow live: synchronous, so no seam."""
+        for seq in range(after + 1, len(self.chunks)):
+            watcher.push(frames.chunk(self.mid, seq, self.chunks[seq]))
+        if self.final_frames is not None:
+            for frame in self.final_frames:
+                watcher.push(frame)
+        else:
+            self.watchers.add(watcher)
+
+    def detach(self, watcher: Watcher) -> None:
+        self.watchers.discard(watcher)
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def start(self) -> asyncio.Task[None]:
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"turn {self.mid}")
+        return self.task
+
+    def stop(self) -> bool:
+        """Stop the turn now; the upstream request is closed when its task unwinds."""
+        if self.task is None or self.task.done() or self.final_frames is not None:
+            return False
+        self.stop_requested = True
+        self.task.cancel()
+        return True
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        heartbeat = loop.create_task(self._heartbeat(), name=f"heartbeat {self.mid}")
+        status, error = Message.Status.COMPLETE, ""
+        try:
+            stream = get_client().stream_chat(
+                model=self.model,
+                messages=self.messages,
+                max_tokens=self.max_tokens,
+                temperature=self.temperature,
+            )
+            async for item in stream:
+                if isinstance(item, Delta):
+                    if self._ttft_ms is None:
+                        self._ttft_ms = int((loop.time() - started) * 1000)
+                    self._pending.append(item.text)
+                    self._schedule_flush(loop)
+                elif isinstance(item, Usage):
+                    self._usage = item
+                elif isinstance(item, Finish):
+                    self._finish_reason = item.reason
+            if self._finish_reason == "length":
+                error = "The answer reached the model's length limit."
+        except asyncio.CancelledError:
+            if self.stop_requested:
+                status = Message.Status.STOPPED
+            else:  # the process is shutting down
+                status, error = Message.Status.FAILED, services.INTERRUPTED
+        except UpstreamError as exc:
+            status, error = Message.Status.FAILED, exc.message
+            log.warning("turn %s upstream %s: %s", self.mid, exc.kind, exc.message)
+        except Exception:
+            log.exception("turn %s failed", self.mid)
+            status, error = Message.Status.FAILED, FAILED_INTERNAL
+        finally:
+            heartbeat.cancel()
+        # Shielded: a second cancel (shutdown) must not lose the answer half-saved.
+        await asyncio.shield(self._finish(status, error))
+
+    def _schedule_flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        # The first delta goes out at once; later ones wait at most one interval, coalesced.
+        if self._flush_handle is not None:
+            return
+        delay = self._last_flush + self._interval - loop.time()
+        if delay <= 0:
+            self._flush()
+        else:
+            self._flush_handle = loop.call_later(delay, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        if not self._pending:
+            return
+        text = "".join(self._pending)
+        self._pending.clear()
+        seq = len(self.chunks)
+        self.chunks.append(text)
+        self._last_flush = asyncio.get_running_loop().time()
+        frame = frames.chunk(self.mid, seq, text)
+        for watcher in self.watchers:
+            watcher.push(frame)
+        self._log.append(self.mid, seq, text)
+
+    async def _heartbeat(self) -> None:
+        """Checkpoint the partial answer, extend the lease and the stream slot, poll stop."""
+        control = get_control()
+        while True:
+            await asyncio.sleep(settings.CHAT_CHECKPOINT_SECONDS)
+            try:
+                await database_sync_to_async(services.do_checkpoint)(
+                    self.mid, "".join(self.chunks), len(self.chunks)
+                )
+                if self.admission is not None:
+                    await self.admission.refresh()
+                if await control.stop_requested(self.mid):
+                    self.stop()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("turn %s checkpoint failed", self.mid)
+
+    async def _finish(self, status: str, error: str) -> None:
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        self._flush()
+        text = "".join(self.chunks)
+        self.status = status
+        usage = self._usage
+        if usage is None:
+            prompt_chars = sum(len(m["content"]) for m in self.messages)
+            usage = Usage(estimate_tokens("x" * prompt_chars), estimate_tokens(text), True)
+        message: Message | None = None
+        try:
+            message = await database_sync_to_async(services.do_finish_message)(
+                self.mid,
+                text=text,
+                status=status,
+                error=error,
+                chunk_count=len(self.chunks),
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                usage_estimated=usage.estimated,
+                ttft_ms=self._ttft_ms,
+            )
+        except Exception:
+            # The lease runs out and the message is marked failed with its last checkpoint.
+            log.exception("turn %s could not save its answer", self.mid)
+        done = frames.done(
+            self.mid,
+            len(self.chunks),
+            status,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            error=error,
+        )
+        final: list[str] = []
+        if message is not None:
+            final.append(await frames.final_message_html(message))
+        final.append(json.dumps(done))
+        self.final_frames = final
+        for watcher in self.watchers:
+            for frame in final:
+                watcher.push(frame)
+        self.watchers.clear()
+        await self._settle(status, usage)
+        try:
+            await self._log.finish(self.mid, done)
+        except Exception:
+            log.exception("turn %s could not close its stream log", self.mid)
+        if self.on_end is not None:
+            self.on_end(self)
+
+    async def _settle(self, status: str, usage: Usage) -> None:
+        used = usage.prompt_tokens + usage.completion_tokens
+        if status == Message.Status.FAILED and not self.chunks:
+            used = 0  # nothing delivered: refund the whole reservation
+        try:
+            if self.admission is not None:
+                await self.admission.settle(used or None)
+            if used:
+                from chat.usage import record_usage
+
+                await record_usage(
+                    self.user_id,
+                    model=self.model,
+                    tier=self.tier,
+                    prompt_tokens=usage.prompt_tokens if used else 0,
+                    completion_tokens=usage.completion_tokens if used else 0,
+                )
+        except Exception:
+            log.exception("turn %s could not settle its usage", self.mid)
+
+
+class TurnRegistry:
+    """The turns running in this process: found by message id, stopped, drained on shutdown."""
+
+    def __init__(self) -> None:
+        self.turns: dict[str, Turn] = {}
+        self._control_loops: set[int] = set()
+        self._control_start: asyncio.Task[None] | None = None
+
+    def get(self, mid: str) -> Turn | None:
+        return self.turns.get(mid)
+
+    def start(self, turn: Turn) -> Turn:
+        self._listen_for_stops()
+        self.turns[turn.mid] = turn
+        turn.on_end = self._ended
+        turn.start()
+        return turn
+
+    def _ended(self, turn: Turn) -> None:
+        if self.turns.get(turn.mid) is turn:
+            del self.turns[turn.mid]
+
+    def _listen_for_stops(self) -> None:
+        loop = asyncio.get_running_loop()
+        if id(loop) in self._control_loops:
+            return
+        self._control_loops.add(id(loop))
+        control = get_control()
+        control.on_stop(self._stop_requested_elsewhere)
+        self._control_start = loop.create_task(control.start())
+
+    def _stop_requested_elsewhere(self, mid: str) -> None:
+        self.stop_local(mid)
+
+    def stop_local(self, mid: str) -> bool:
+        turn = self.turns.get(mid)
+        return turn.stop() if turn is not None else False
+
+    async def stop(self, mid: str) -> None:
+        """Stop a turn wherever it runs: here at once, elsewhere through the control channel."""
+        if not self.stop_local(mid):
+            await get_control().request_stop(mid)
+
+    async def drain(self, grace: float) -> None:
+        """Let running turns end within `grace` seconds, then stop the rest (saved as failed)."""
+        tasks = [t.task for t in self.turns.values() if t.task is not None]
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=grace)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=10)
+
+
+registry = TurnRegistry()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def describe(turn: Turn) -> dict[str, Any]:
+    return {"mid": turn.mid, "chunks": len(turn.chunks), "watchers": len(turn.watchers)}

@@ -1,0 +1,140 @@
+"""HTTP views: the chat pages and the htmx partials of the conversation list."""
+
+from __future__ import annotations
+
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from chat import services
+from chat.forms import RenameForm, SignupForm
+from chat.models import Conversation, Message
+from chat.rendering import render_markdown
+
+SIDEBAR_SIZE = 50
+
+
+def _conversations(request: HttpRequest) -> QuerySet[Conversation]:
+    qs = Conversation.objects.filter(user_id=int(request.user.pk or 0))
+    query = request.GET.get("q", "").strip()
+    if query:
+        from django.db.models import Q
+
+        qs = qs.filter(Q(title__icontains=query) | Q(messages__text__icontains=query)).distinct()
+    return qs
+
+
+def _page(request: HttpRequest, conversation: Conversation | None) -> HttpResponse:
+    messages: list[Message] = []
+    if conversation is not None:
+        services.do_reap_orphans()
+        messages = list(conversation.messages.all())
+        for m in messages:
+            if m.role == Message.Role.ASSISTANT and m.status != Message.Status.STREAMING:
+                m.rendered_html = render_markdown(m.text)  # type: ignore[attr-defined]
+    return render(
+        request,
+        "chat/page.html",
+        {
+            "conversation": conversation,
+            "messages": messages,
+            "conversations": _conversations(request)[:SIDEBAR_SIZE],
+            "tier": getattr(request, "tier", None),
+            "max_prompt_chars": services.settings.CHAT_MAX_PROMPT_CHARS,
+        },
+    )
+
+
+@login_required
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    return _page(request, None)
+
+
+@login_required
+@require_GET
+def conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
+    conv = get_object_or_404(Conversation, id=conversation_id, user=request.user)
+    return _page(request, conv)
+
+
+@login_required
+@require_GET
+def conversation_list(request: HttpRequest) -> HttpResponse:
+    current = request.GET.get("current", "")
+    return render(
+        request,
+        "chat/partials/conversation_list.html",
+        {"conversations": _conversations(request)[:SIDEBAR_SIZE], "current": current},
+    )
+
+
+@login_required
+@require_POST
+def rename(request: HttpRequest, conversation_id: str) -> HttpResponse:
+    conv = get_object_or_404(Conversation, id=conversation_id, user=request.user)
+    form = RenameForm(request.POST)
+    if not form.is_valid():
+        return HttpResponse("A title is required (at most 200 characters).", status=400)
+    services.do_rename_conversation(conv, form.cleaned_data["title"])
+    return render(
+        request,
+        "chat/partials/conversation_item.html",
+        {"c": conv, "current": request.POST.get("current", "")},
+    )
+
+
+@login_required
+@require_POST
+def delete(request: HttpRequest, conversation_id: str) -> HttpResponse:
+    conv = get_object_or_404(Conversation, id=conversation_id, user=request.user)
+    conv.delete()
+    if request.POST.get("current") == str(conversation_id):
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = "/"
+        return response
+    return HttpResponse("")
+
+
+@require_POST
+def choose_tier(request: HttpRequest) -> HttpResponse:
+    """Remember this device's model choice (a cookie: the choice is about this phone)."""
+    choice = request.POST.get("tier", "auto")
+    if request.headers.get("HX-Request"):
+        response: HttpResponse = HttpResponse(status=204)
+        response["HX-Refresh"] = "true"
+    else:
+        response = redirect(_safe_next(request))
+    if choice in ("full", "lite"):
+        response.set_cookie(
+            "chat_tier", choice, max_age=365 * 86400, samesite="Lax", httponly=True
+        )
+    else:
+        response.delete_cookie("chat_tier")
+    return response
+
+
+def _safe_next(request: HttpRequest) -> str:
+    target = request.POST.get("next", "/")
+    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        return target
+    return "/"
+
+
+def signup(request: HttpRequest) -> HttpResponse:
+    if request.user.is_authenticated:
+        return redirect("chat:home")
+    form = SignupForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user = form.save()
+        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        return redirect("chat:home")
+    return render(request, "registration/signup.html", {"form": form})
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})

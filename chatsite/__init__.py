@@ -1,0 +1,1 @@
+"""chatsite: the Django project (settings, ASGI entry point, URLs)."""

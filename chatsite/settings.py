@@ -1,0 +1,207 @@
+"""Django settings for chatsite: every value comes from the environment (docs/configuration.md)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+from limits import parse_many
+
+from chatsite.env import envbool, envchoice, envfloat, envint, envlist, envstr
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = envbool("DJANGO_DEBUG", False)
+SECRET_KEY = envstr("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is required when DJANGO_DEBUG is off "
+            "(make run sets DJANGO_DEBUG=1 for local use)."
+        )
+    SECRET_KEY = "insecure-local-development-key-only-used-with-DJANGO_DEBUG"
+
+ALLOWED_HOSTS = envlist("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+if "*" in ALLOWED_HOSTS and not DEBUG:
+    # AllowedHostsOriginValidator reuses ALLOWED_HOSTS: '*' would switch off the websocket
+    # origin check (cross-site websocket hijacking), so production refuses it.
+    raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS='*' is refused when DJANGO_DEBUG is off.")
+CSRF_TRUSTED_ORIGINS = envlist("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "chat",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "chat.middleware.ContentSecurityPolicyMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "chat.middleware.DeviceTierMiddleware",
+    "chat.middleware.RateLimitMiddleware",
+]
+
+ROOT_URLCONF = "chatsite.urls"
+ASGI_APPLICATION = "chatsite.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        envstr("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+        conn_max_age=envint("DATABASE_CONN_MAX_AGE", 0, minimum=0),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the chat page read while a turn writes its checkpoint.
+    DATABASES["default"].setdefault("OPTIONS", {})["init_command"] = (
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;"
+    )
+    DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(envstr("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+
+# --- security -----------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Behind TLS (the production topology) cookies are secure and HSTS is on; `make run` is http.
+_behind_tls = envbool("DJANGO_SECURE", not DEBUG)
+SESSION_COOKIE_SECURE = _behind_tls
+CSRF_COOKIE_SECURE = _behind_tls
+SECURE_SSL_REDIRECT = envbool("DJANGO_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = envint("DJANGO_HSTS_SECONDS", 31536000 if _behind_tls else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _behind_tls
+SECURE_HSTS_PRELOAD = _behind_tls
+if envbool("DJANGO_BEHIND_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SILENCED_SYSTEM_CHECKS = envlist("DJANGO_SILENCED_SYSTEM_CHECKS", [])
+
+# --- Redis, channel layer ----------------------------------------------------------------
+REDIS_URL = envstr("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [REDIS_URL],
+                # group_expiry must outlive the longest websocket (PITFALLS); we only use
+                # groups for rare control events (conversation list updates, logout).
+                "group_expiry": 86400 * 2,
+                "capacity": 500,
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- the chat -----------------------------------------------------------------------------
+PORT = envint("PORT", 8000, minimum=1)
+CHAT_INSTANCE_ID = envstr("CHAT_INSTANCE_ID", socket.gethostname().split(".")[0] or "local")
+if not CHAT_INSTANCE_ID.replace("_", "").replace(".", "").isalnum():
+    raise ImproperlyConfigured(
+        f"CHAT_INSTANCE_ID={CHAT_INSTANCE_ID!r} may hold only letters, digits, '_' and '.'"
+    )
+
+LLM_BASE_URL = envstr("LLM_BASE_URL", f"http://127.0.0.1:{PORT}/demo/v1").rstrip("/")
+LLM_API_KEY = envstr("LLM_API_KEY", "")
+CHAT_MODEL_FULL = envstr("CHAT_MODEL_FULL", "demo-full")
+CHAT_MODEL_LITE = envstr("CHAT_MODEL_LITE", "demo-lite")
+LLM_CONNECT_TIMEOUT = envfloat("LLM_CONNECT_TIMEOUT", 5.0, minimum=0.1)
+LLM_READ_TIMEOUT = envfloat("LLM_READ_TIMEOUT", 60.0, minimum=0.1)
+LLM_TOTAL_TIMEOUT = envfloat("LLM_TOTAL_TIMEOUT", 600.0, minimum=1.0)
+LLM_POOL_SIZE = envint("LLM_POOL_SIZE", 100, minimum=1)
+LLM_HTTP2 = envbool("LLM_HTTP2", False)
+LLM_CONTEXT_CHARS = envint("LLM_CONTEXT_CHARS", 24000, minimum=1000)
+LLM_MAX_TOKENS = envint("LLM_MAX_TOKENS", 0, minimum=0)  # 0 = let the server decide
+
+CHAT_RATE_LIMIT = envstr("CHAT_RATE_LIMIT", "20/minute;500/day")
+try:
+    parse_many(CHAT_RATE_LIMIT)
+except ValueError:
+    raise ImproperlyConfigured(
+        f"CHAT_RATE_LIMIT={CHAT_RATE_LIMIT!r} is not in the limits notation, e.g. 20/minute;500/day"
+    ) from None
+CHAT_DAILY_TOKENS = envint("CHAT_DAILY_TOKENS", 200_000, minimum=0)
+CHAT_MAX_CONCURRENT_STREAMS = envint("CHAT_MAX_CONCURRENT_STREAMS", 2, minimum=1)
+CHAT_LIMITER_FAILURE = envchoice("CHAT_LIMITER_FAILURE", "open", ("open", "closed"))
+CHAT_MAX_PROMPT_CHARS = envint("CHAT_MAX_PROMPT_CHARS", 32000, minimum=1)
+CHAT_COALESCE_MS = envfloat("CHAT_COALESCE_MS", 16.0, minimum=0.0)
+CHAT_CHECKPOINT_SECONDS = envfloat("CHAT_CHECKPOINT_SECONDS", 3.0, minimum=0.1)
+CHAT_LEASE_SECONDS = envfloat("CHAT_LEASE_SECONDS", 15.0, minimum=1.0)
+CHAT_STREAM_LOG_TTL = envint("CHAT_STREAM_LOG_TTL", 3600, minimum=10)
+CHAT_SEND_BUFFER_FRAMES = envint("CHAT_SEND_BUFFER_FRAMES", 2000, minimum=10)
+CHAT_METRICS_ALLOW = envlist("CHAT_METRICS_ALLOW", ["127.0.0.1", "::1"])
+
+# --- the demo model -------------------------------------------------------------------------
+DEMO_TTFB_MS = envint("DEMO_TTFB_MS", 150, minimum=0)
+DEMO_TOKENS_PER_SECOND = envfloat("DEMO_TOKENS_PER_SECOND", 40.0, minimum=0.0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "line": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
+    "root": {"handlers": ["console"], "level": envstr("DJANGO_LOG_LEVEL", "INFO")},
+    "loggers": {
+        "daphne": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+    },
+}
+
+# Tokens reserved for the answer when a prompt is admitted (reconciled with the real usage).
+CHAT_RESERVE_TOKENS = envint("CHAT_RESERVE_TOKENS", 1000, minimum=0)
+CHAT_HTTP_RATE_LIMIT = envstr("CHAT_HTTP_RATE_LIMIT", "120/minute")
+CHAT_REDIS_PREFIX = envstr("CHAT_REDIS_PREFIX", "chat:")

@@ -1,0 +1,285 @@
+"""The chat socket through Channels' WebsocketCommunicator, with the demo model over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+
+from chat.models import Conversation, Message
+from tests.conftest import PHONE_UA, assistant_mid, receive_until_done
+
+pytestmark = pytest.mark.usefixtures("chat_settings")
+
+
+def prompt(text: str, conversation: str = "") -> dict[str, Any]:
+    return {"type": "prompt", "conversation": conversation, "text": text}
+
+
+async def first_json(comm: Any, timeout: float = 10) -> dict[str, Any]:
+    while True:
+        raw = await comm.receive_from(timeout=timeout)
+        if raw.startswith("{"):
+            return json.loads(raw)
+
+
+async def test_a_socket_without_a_session_is_refused(connect: Any) -> None:
+    comm = await connect(None, expect_ready=False)
+    assert not comm.connected
+
+
+async def test_a_socket_from_a_foreign_origin_is_refused(connect: Any, owner: Any) -> None:
+    comm = await connect(owner, origin="http://evil.example", expect_ready=False)
+    assert not comm.connected
+
+
+async def test_the_first_frame_says_tier_model_and_instance(
+    connect: Any, owner: Any, settings: Any
+) -> None:
+    comm = await connect(owner)
+    assert comm.ready["tier"] == "full"
+    assert comm.ready["model"] == settings.CHAT_MODEL_FULL
+    assert comm.ready["instance"] == settings.CHAT_INSTANCE_ID
+
+
+async def test_a_phone_gets_the_lite_model(connect: Any, owner: Any, settings: Any) -> None:
+    comm = await connect(owner, user_agent=PHONE_UA)
+    assert comm.ready["tier"] == "lite"
+    await comm.send_to(text_data=json.dumps(prompt("/echo small and fast")))
+    result = await receive_until_done(comm)
+    message = await database_sync_to_async(Message.objects.get)(mid=result["done"]["mid"])
+    assert (message.tier, message.model) == ("lite", settings.CHAT_MODEL_LITE)
+
+
+async def test_a_prompt_streams_its_answer_in_order_then_done(connect: Any, owner: Any) -> None:
+    comm = await connect(owner)
+    await comm.send_to(text_data=json.dumps(prompt("/echo Hello <b>world</b>, 你好!")))
+    result = await receive_until_done(comm)
+    # The first frame is HTML: the user's bubble (escaped) and the assistant's shell.
+    assert result["order"][0] == "html"
+    first = result["html"][0]
+    assert "Hello &lt;b&gt;world&lt;/b&gt;, 你好!" in first
+    assert 'data-status="streaming"' in first
+    assert result["text"] == "Hello <b>world</b>, 你好!"
+    done = result["done"]
+    assert done["status"] == "complete"
+    assert done["seq"] == len([t for t in result["order"] if t == "chunk"])
+    assert done["usage"]["completion_tokens"] > 0
+    # The final answer comes rendered and sanitised, replacing the shell.
+    final = result["html"][-1]
+    assert 'data-status="complete"' in final and "<b>" not in final
+    message = await database_sync_to_async(Message.objects.get)(mid=done["mid"])
+    assert message.status == "complete"
+    assert message.text == "Hello <b>world</b>, 你好!"
+    assert message.ttft_ms is not None
+    assert re.fullmatch(r"\d{13}-[\w.]+-\d\d", message.mid)
+
+
+async def test_the_first_prompt_creates_a_titled_conversation(connect: Any, owner: Any) -> None:
+    comm = await connect(owner)
+    await comm.send_to(text_data=json.dumps(prompt("/echo hi\nWhat is the capital of France?")))
+    result = await receive_until_done(comm)
+    conv = await database_sync_to_async(Conversation.objects.get)(user=owner)
+    assert conv.title.startswith("/echo hi What is")
+    assert f'value="{conv.id}"' in result["html"][0]  # the tab learns its conversation id
+    # A second prompt continues the same conversation, with the history sent upstream.
+    await comm.send_to(text_data=json.dumps(prompt("/echo again", str(conv.id))))
+    await receive_until_done(comm)
+    count = await database_sync_to_async(Message.objects.filter(conversation=conv).count)()
+    assert count == 4
+
+
+async def test_a_markdown_answer_arrives_rendered_at_the_end(connect: Any, owner: Any) -> None:
+    comm = await connect(owner)
+    await comm.send_to(text_data=json.dumps(prompt("hello")))
+    result = await receive_until_done(comm)
+    final = result["html"][-1]
+    assert "<li>" in final and "<pre" in final
+    assert result["order"][-2:] == ["html", "done"]
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        ("not json", "bad_request"),
+        ("[1, 2]", "bad_request"),
+        (json.dumps({"type": "dance"}), "bad_request"),
+        (json.dumps({"type": "prompt"}), "bad_request"),
+        (json.dumps(prompt("   ")), "bad_request"),
+        (json.dumps(prompt("x" * 32_001)), "bad_request"),
+        (json.dumps({"type": "prompt", "conversation": 7, "text": "hi"}), "bad_request"),
+        (json.dumps(prompt("hi", "not-a-uuid")), "not_found"),
+        (json.dumps(prompt("hi", "1b4e28ba-2fa1-11d2-883f-0016d3cca427")), "not_found"),
+        (json.dumps({"type": "stop", "mid": "nope"}), "not_found"),
+        (json.dumps({"type": "resume", "mid": "nope", "after": -1}), "not_found"),
+        (json.dumps({"type": "resume", "mid": "x", "after": -2}), "bad_request"),
+        (json.dumps({"type": "resume", "mid": "x", "after": "3"}), "bad_request"),
+    ],
+)
+async def test_bad_frames_get_a_clear_error_and_the_socket_stays_usable(
+    connect: Any, owner: Any, frame: str, code: str
+) -> None:
+    comm = await connect(owner)
+    await comm.send_to(text_data=frame)
+    error = await first_json(comm)
+    assert error["type"] == "error"
+    assert error["code"] == code
+    assert error["message"]
+    await comm.send_to(text_data=json.dumps(prompt("/echo still here")))
+    assert (await receive_until_done(comm))["text"] == "still here"
+
+
+async def test_someone_elses_conversation_is_not_found(
+    connect: Any, owner: Any, other_user: Any
+) -> None:
+    theirs = await database_sync_to_async(Conversation.objects.create)(user=other_user)
+    comm = await connect(owner)
+    await comm.send_to(text_data=json.dumps(prompt("hi", str(theirs.id))))
+    error = await first_json(comm)
+    assert error["code"] == "not_found"
+    assert await database_sync_to_async(Message.objects.count)() == 0
+
+
+async def test_an_upstream_error_fails_the_answer_with_its_message(
+    connect: Any, owner: Any
+) -> None:
+    comm = await connect(owner)
+    await comm.send_to(text_data=json.dumps(prompt("/fail 500")))
+    result = await receive_until_done(comm)
+    assert result["done"]["status"] == "failed"
+    assert "500" in result["done"]["error"]
+    assert "Retry" in result["html"][-1]
+    message = await database_sync_to_async(Message.objects.get)(mid=result["done"]["mid"])
+    assert message.status == "failed" and "500" in message.error
+
+
+async def test_a_dropped_upstream_keeps_the_partial_answer(connect: Any, owner: Any) -> None:
+    comm = await connect(owner)
+    await comm.send_to(text_data=json.dumps(prompt("/cut 7")))
+    result = await receive_until_done(comm)
+    assert result["done"]["status"] == "failed"
+    assert result["text"], "the tokens before the drop were delivered"
+    message = await database_sync_to_async(Message.objects.get)(mid=result["done"]["mid"])
+    assert message.status == "failed"
+    assert message.text == result["text"]
+    # The prompt is kept too: nothing the user typed is lost.
+    user_msg = await database_sync_to_async(
+        Message.objects.filter(role="user", conversation_id=message.conversation_id).get
+    )()
+    assert user_msg.text == "/cut 7"
+
+
+async def test_a_stalled_upstream_times_out_with_a_clear_message(
+    connect: Any, owner: Any, settings: Any
+) -> None:
+    settings.LLM_READ_TIMEOUT = 0.3
+    comm = await connect(owner)
+    await comm.send_to(text_data=json.dumps(prompt("/stall 3")))
+    result = await receive_until_done(comm)
+    assert result["done"]["status"] == "failed"
+    assert "took longer" in result["done"]["error"] or "time" in result["done"]["error"].lower()
+
+
+async def test_stop_ends_a_long_answer_and_keeps_what_was_said(
+    connect: Any, owner: Any, settings: Any, slow_demo_upstream: str
+) -> None:
+    settings.LLM_BASE_URL = slow_demo_upstream
+    comm = await connect(owner)
+    await comm.send_to(text_data=json.dumps(prompt("/long 5000")))
+    shell = await comm.receive_from(timeout=10)
+    mid = assistant_mid(shell)
+    first = await first_json(comm)
+    assert first["type"] == "chunk"
+    await comm.send_to(text_data=json.dumps({"type": "stop", "mid": mid}))
+    result = await receive_until_done(comm, mid)
+    assert result["done"]["status"] == "stopped"
+    message = await database_sync_to_async(Message.objects.get)(mid=mid)
+    assert message.status == "stopped"
+    assert message.text == first["text"] + result["text"]
+    assert 0 < message.completion_tokens < 5000
+
+
+async def test_a_dropped_socket_does_not_stop_the_answer_and_resume_completes_it(
+    connect: Any, owner: Any, settings: Any, slow_demo_upstream: str
+) -> None:
+    settings.LLM_BASE_URL = slow_demo_upstream
+    comm = await connect(owner)
+    await comm.send_to(text_data=json.dumps(prompt("/long 400")))  # ~4 s at 100 tokens/s
+    mid = assistant_mid(await comm.receive_from(timeout=10))
+    seen: list[str] = []
+    while len(seen) < 3:
+        frame = await first_json(comm)
+        assert frame["seq"] == len(seen)
+        seen.append(frame["text"])
+    await comm.disconnect()  # the tab goes away mid-answer
+    again = await connect(owner)
+    await again.send_to(text_data=json.dumps({"type": "resume", "mid": mid, "after": 2}))
+    rest = await receive_until_done(again, mid, after=2)
+    message = await database_sync_to_async(Message.objects.get)(mid=mid)
+    assert message.status == "complete"
+    # Each character exactly once, in order: what we had plus what resume sent is the answer.
+    assert rest["order"][0] == "chunk"
+    assert "".join(seen) + rest["text"] == message.text
+    assert len(message.text.split()) == 400
+
+
+async def test_resume_of_a_finished_answer_sends_it_whole_then_done(
+    connect: Any, owner: Any
+) -> None:
+    comm = await connect(owner)
+    await comm.send_to(text_data=json.dumps(prompt("/echo all done")))
+    done = (await receive_until_done(comm))["done"]
+    await comm.send_to(text_data=json.dumps({"type": "resume", "mid": done["mid"], "after": -1}))
+    html = await comm.receive_from(timeout=10)
+    assert "all done" in html and 'data-status="complete"' in html
+    again = json.loads(await comm.receive_from(timeout=10))
+    assert again["type"] == "done" and again["status"] == "complete"
+    assert again["seq"] == done["seq"]
+
+
+async def test_resume_of_another_users_answer_is_not_found(
+    connect: Any, owner: Any, other_user: Any
+) -> None:
+    mine = await connect(owner)
+    await mine.send_to(text_data=json.dumps(prompt("/echo private")))
+    mid = (await receive_until_done(mine))["done"]["mid"]
+    theirs = await connect(other_user)
+    for frame in ({"type": "resume", "mid": mid, "after": -1}, {"type": "stop", "mid": mid}):
+        await theirs.send_to(text_data=json.dumps(frame))
+        error = await first_json(theirs)
+        assert error["code"] == "not_found"
+
+
+async def test_a_second_tab_sees_the_same_answer_live(
+    connect: Any, owner: Any, settings: Any, slow_demo_upstream: str
+) -> None:
+    settings.LLM_BASE_URL = slow_demo_upstream
+    first_tab = await connect(owner)
+    second_tab = await connect(owner)
+    await first_tab.send_to(text_data=json.dumps(prompt("/long 60")))
+    # The other tab is told about the exchange, marked to be watched, and follows it.
+    shell = await second_tab.receive_from(timeout=10)
+    assert 'data-watch="1"' in shell
+    mid = assistant_mid(shell)
+    await second_tab.send_to(text_data=json.dumps({"type": "resume", "mid": mid, "after": -1}))
+    theirs, ours = await asyncio.gather(
+        receive_until_done(second_tab, mid), receive_until_done(first_tab, mid)
+    )
+    assert theirs["text"] == ours["text"]
+    assert theirs["done"]["status"] == ours["done"]["status"] == "complete"
+
+
+async def test_a_logged_out_session_cannot_send_prompts(connect: Any, owner: Any) -> None:
+    from django.contrib.sessions.models import Session
+
+    comm = await connect(owner)
+    await database_sync_to_async(Session.objects.all().delete)()  # logged out elsewhere
+    await comm.send_to(text_data=json.dumps(prompt("/echo sneaky")))
+    error = await first_json(comm)
+    assert error["code"] == "unauthenticated"
+    assert (await comm.receive_output(timeout=5))["type"] == "websocket.close"
+    assert await database_sync_to_async(Message.objects.count)() == 0

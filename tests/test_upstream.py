@@ -1,0 +1,574 @@
+"""The upstream client against real servers: the demo model, and tiny servers that misbehave."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from chat import upstream
+from chat.demo_upstream import default_reply, long_tokens
+from chat.upstream import (
+    EMPTY_ANSWER_MESSAGE,
+    Delta,
+    Finish,
+    StreamItem,
+    UpstreamClient,
+    UpstreamError,
+    Usage,
+    close_client,
+    get_client,
+    trim_history,
+)
+from tests.demo_server import demo_stats, running_demo_server
+
+
+@pytest.fixture(scope="module")
+def demo_url() -> Iterator[str]:
+    with running_demo_server(ttfb_ms=0, tps=0) as url:
+        yield url
+
+
+@pytest.fixture
+def paced_demo_url() -> Iterator[str]:
+    """A fresh demo server at 100 tokens/s that reports its counters (tests.demo_server)."""
+    with running_demo_server(ttfb_ms=0, tps=100, stats=True) as url:
+        yield url
+
+
+@pytest.fixture
+async def client(demo_url: str) -> AsyncIterator[UpstreamClient]:
+    client = UpstreamClient(demo_url, connect_timeout=2, read_timeout=10, total_timeout=30)
+    yield client
+    await client.aclose()
+
+
+def user(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+async def collect(
+    client: UpstreamClient, text: str, **kwargs: Any
+) -> tuple[list[StreamItem], UpstreamError | None]:
+    items: list[StreamItem] = []
+    try:
+        async for item in client.stream_chat(model="demo-full", messages=user(text), **kwargs):
+            items.append(item)
+    except UpstreamError as exc:
+        return items, exc
+    return items, None
+
+
+def joined(items: list[StreamItem]) -> str:
+    return "".join(item.text for item in items if isinstance(item, Delta))
+
+
+# --- against the demo model -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        ("/echo Grüße 世界 🎉\n\n```py\nx = 1\n```\n", "Grüße 世界 🎉\n\n```py\nx = 1\n```\n"),
+        ("/long 500", "".join(long_tokens(500))),
+        ("What is SSE?", default_reply("What is SSE?")),
+    ],
+)
+async def test_deltas_join_to_the_exact_answer(
+    client: UpstreamClient, text: str, answer: str
+) -> None:
+    items, error = await collect(client, text)
+    assert error is None
+    assert joined(items) == answer
+    assert all(item.text for item in items if isinstance(item, Delta))  # no empty deltas
+
+
+async def test_a_stream_ends_with_one_finish_then_one_usage_from_the_server(
+    client: UpstreamClient,
+) -> None:
+    items, _ = await collect(client, "/echo one two three")
+    assert items[-2:] == [
+        Finish("stop"),
+        Usage(prompt_tokens=4, completion_tokens=3, estimated=False),
+    ]
+    assert sum(isinstance(item, Usage) for item in items) == 1
+    assert sum(isinstance(item, Finish) for item in items) == 1
+
+
+async def test_max_tokens_is_sent_and_the_finish_says_length(client: UpstreamClient) -> None:
+    items, _ = await collect(client, "/long 50", max_tokens=5)
+    assert joined(items) == "".join(long_tokens(5))
+    assert Finish("length") in items
+
+
+async def test_a_500_becomes_a_readable_http_status_error(client: UpstreamClient) -> None:
+    items, error = await collect(client, "/fail 500")
+    assert items == [] and error is not None
+    assert (error.kind, error.status) == ("http_status", 500)
+    assert error.message.startswith("The model server answered 500: ")
+    assert "/fail 500" in error.message  # the server's own message is passed on
+
+
+async def test_a_429_carries_its_retry_after(client: UpstreamClient) -> None:
+    _, error = await collect(client, "/fail 429")
+    assert error is not None and (error.kind, error.status) == ("http_status", 429)
+    assert error.retry_after == 1.0
+    assert "Too Many Requests" in error.message
+
+
+async def test_a_stall_past_the_read_timeout_is_a_timeout(demo_url: str) -> None:
+    client = UpstreamClient(demo_url, read_timeout=0.2)
+    _, error = await collect(client, "/stall 30 /echo too late")
+    await client.aclose()
+    assert error is not None and error.kind == "timeout"
+    assert error.message == "The model took longer than 0.2 s to answer"
+
+
+async def test_the_total_timeout_ends_a_slow_answer(paced_demo_url: str) -> None:
+    # Tokens keep coming (no read timeout), but the whole answer would take 100 s.
+    client = UpstreamClient(paced_demo_url, read_timeout=10, total_timeout=0.3)
+    items, error = await collect(client, "/long 10000")
+    await client.aclose()
+    assert error is not None and error.kind == "timeout"
+    assert error.message == "The model took longer than 0.3 s to answer"
+    assert not any(isinstance(item, Usage) for item in items)
+
+
+async def test_a_cut_is_a_protocol_error_after_the_partial_deltas(client: UpstreamClient) -> None:
+    items, error = await collect(client, "/cut 6")
+    assert joined(items) == "".join(long_tokens(6))
+    assert error is not None and error.kind == "protocol"
+    assert error.message == "The model's connection dropped before the answer finished"
+
+
+async def test_connection_refused_is_a_connect_error() -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = UpstreamClient(f"http://127.0.0.1:{port}/v1")
+    _, error = await collect(client, "hi")
+    await client.aclose()
+    assert error is not None and error.kind == "connect"
+    assert error.message.startswith("Could not reach the model server")
+
+
+async def test_cancelling_the_consumer_closes_the_upstream_response(paced_demo_url: str) -> None:
+    client = UpstreamClient(paced_demo_url)
+    three_deltas = asyncio.Event()
+
+    async def consume() -> None:
+        count = 0
+        async for item in client.stream_chat(model="demo-full", messages=user("/long 100000")):
+            count += isinstance(item, Delta)
+            if count == 3:
+                three_deltas.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(three_deltas.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The server saw the connection close and stopped generating. Wait for that (bounded),
+    # as it happens in another process.
+    stats = await _wait_for_stats(paced_demo_url, lambda s: s["active"] == 0)
+    assert (stats["started"], stats["cancelled"], stats["completed"]) == (1, 1, 0)
+    assert stats["tokens_sent"] < 100000
+    # And the pool is healthy: the next turn works.
+    items, error = await collect(client, "/echo still fine")
+    assert error is None and joined(items) == "still fine"
+    await client.aclose()
+
+
+async def test_fifty_sequential_turns_reuse_one_connection(paced_demo_url: str) -> None:
+    client = UpstreamClient(paced_demo_url)
+    for turn in range(50):
+        items, error = await collect(client, f"/echo turn {turn}")
+        assert error is None and joined(items) == f"turn {turn}"
+    await client.aclose()
+    ports = {
+        port
+        for path, port in demo_stats(paced_demo_url)["requests"]
+        if path.endswith("/completions")
+    }
+    assert len(ports) == 1
+
+
+async def test_warm_opens_the_connection_the_first_turn_then_uses(paced_demo_url: str) -> None:
+    client = UpstreamClient(paced_demo_url)
+    await client.warm()
+    await collect(client, "/echo warm")
+    await client.aclose()
+    requests = demo_stats(paced_demo_url)["requests"]
+    assert [path for path, _ in requests] == ["/v1/models", "/v1/models", "/v1/chat/completions"]
+    # (The first /v1/models is the fixture's readiness probe, from another client.)
+    assert requests[1][1] == requests[2][1]
+
+
+async def test_warm_never_raises(caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = UpstreamClient(f"http://127.0.0.1:{port}/v1")
+    await client.warm()
+    await client.aclose()
+    assert "could not warm" in caplog.text
+
+
+async def _wait_for_stats(base_url: str, condition: Any) -> dict[str, Any]:
+    async with asyncio.timeout(10):
+        while True:
+            stats = await asyncio.to_thread(demo_stats, base_url)
+            if condition(stats):
+                return stats
+            await asyncio.sleep(0.02)
+
+
+# --- against servers that answer exactly what a test wants ----------------------------------
+# A real TCP server on 127.0.0.1 speaking raw HTTP/1.1: it lets a test send byte-exact bodies
+# other model servers send (llama.cpp's, FastAPI's, a proxy's) without any mock of httpx.
+
+
+class CannedServer:
+    """Answers every request with the same raw HTTP response bytes and records the requests."""
+
+    def __init__(self, response: bytes, *, close: bool = True) -> None:
+        self.response = response
+        self.close = close
+        self.requests: list[tuple[bytes, bytes]] = []
+        self.connections = 0
+        self._server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        port = self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/v1"
+
+    async def __aenter__(self) -> CannedServer:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    break
+                length = 0
+                for line in head.split(b"\r\n"):
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                self.requests.append((head, await reader.readexactly(length)))
+                writer.write(self.response)
+                await writer.drain()
+                if self.close:
+                    break
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    def request_json(self, index: int = -1) -> Any:
+        return json.loads(self.requests[index][1])
+
+    def request_head(self, index: int = -1) -> str:
+        return self.requests[index][0].decode().lower()
+
+
+def http_response(status: int, body: bytes | str, content_type: str = "application/json") -> bytes:
+    data = body.encode() if isinstance(body, str) else body
+    head = (
+        f"HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\n"
+        f"content-length: {len(data)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + data
+
+
+def sse(*chunks: Any, done: bool = True, newline: str = "\n") -> str:
+    lines = [f"data: {json.dumps(c)}{newline}{newline}" for c in chunks]
+    if done:
+        lines.append(f"data: [DONE]{newline}{newline}")
+    return "".join(lines)
+
+
+def delta(
+    content: str | None = None, finish: str | None = None, role: str | None = None
+) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    if role:
+        d["role"] = role
+    if content is not None:
+        d["content"] = content
+    return {"choices": [{"index": 0, "delta": d, "finish_reason": finish}]}
+
+
+async def canned(
+    response: bytes, text: str = "hi", **client_kwargs: Any
+) -> tuple[list[StreamItem], UpstreamError | None, CannedServer]:
+    async with CannedServer(response) as server:
+        client = UpstreamClient(server.url, **client_kwargs)
+        items, error = await collect(client, text)
+        await client.aclose()
+    return items, error, server
+
+
+@pytest.mark.parametrize(
+    "status, body, content_type, message",
+    [
+        (
+            503,
+            '{"detail": "Model is loading"}',
+            "application/json",
+            "The model server answered 503: Model is loading",
+        ),
+        (
+            422,
+            '{"detail": [{"loc": ["body", "messages"], "msg": "field required", '
+            '"type": "missing"}]}',
+            "application/json",
+            "The model server answered 422: field required",
+        ),
+        (502, "Bad Gateway\n", "text/plain", "The model server answered 502: Bad Gateway"),
+        (
+            502,
+            "<html><head><title>502 Bad Gateway</title></head>"
+            "<body><h1>502 Bad Gateway</h1></body></html>",
+            "text/html",
+            "The model server answered 502: 502 Bad Gateway 502 Bad Gateway",
+        ),
+        (
+            400,
+            '{"error": "context length exceeded"}',
+            "application/json",
+            "The model server answered 400: context length exceeded",
+        ),
+        (500, "", "text/plain", "The model server answered 500: X"),
+    ],
+)
+async def test_non_openai_error_bodies_become_readable_messages(
+    status: int, body: str, content_type: str, message: str
+) -> None:
+    _, error, _ = await canned(http_response(status, body, content_type))
+    assert error is not None
+    assert (error.kind, error.status, error.message) == ("http_status", status, message)
+
+
+async def test_a_huge_error_body_is_cut_short() -> None:
+    _, error, _ = await canned(http_response(500, "x" * 1_000_000, "text/plain"))
+    assert error is not None and len(error.message) < 400
+
+
+async def test_a_200_with_an_empty_body_is_an_empty_answer() -> None:
+    # llama.cpp's server does this when the prompt is over its context window.
+    _, error, _ = await canned(http_response(200, "", "text/event-stream"))
+    assert error is not None
+    assert (error.kind, error.message) == ("empty", EMPTY_ANSWER_MESSAGE)
+
+
+async def test_a_stream_with_no_deltas_and_no_done_is_an_empty_answer() -> None:
+    body = ": ping\n\n" + sse(delta(role="assistant", content=""), done=False)
+    _, error, _ = await canned(http_response(200, body, "text/event-stream"))
+    assert error is not None and error.kind == "empty"
+
+
+async def test_a_stream_that_ends_without_done_after_deltas_is_a_protocol_error() -> None:
+    body = sse(delta(role="assistant"), delta("Hel"), delta("lo"), done=False)
+    items, error, _ = await canned(http_response(200, body, "text/event-stream"))
+    assert joined(items) == "Hello"
+    assert error is not None and error.kind == "protocol"
+
+
+async def test_a_finished_stream_without_done_is_still_a_whole_answer() -> None:
+    body = sse(delta("Hello"), delta(finish="stop"), done=False)
+    items, error, _ = await canned(http_response(200, body, "text/event-stream"))
+    assert error is None
+    assert items[:2] == [Delta("Hello"), Finish("stop")]
+
+
+async def test_keep_alives_crlf_and_no_usage_give_an_estimated_usage() -> None:
+    # llama.cpp-style: role-only first delta, empty last delta with finish_reason, no usage.
+    chunks = [
+        delta(role="assistant", content=""),
+        delta("Bonjour "),
+        delta("à tous"),
+        delta("", finish="stop"),
+    ]
+    body = ": keep-alive\r\n\r\n" + sse(*chunks, newline="\r\n")
+    prompt = "a question of 29 characters!!"
+    items, error, _ = await canned(http_response(200, body, "text/event-stream"), prompt)
+    assert error is None
+    assert items == [
+        Delta("Bonjour "),
+        Delta("à tous"),
+        Finish("stop"),
+        Usage(prompt_tokens=math.ceil(29 / 4), completion_tokens=math.ceil(14 / 4), estimated=True),
+    ]
+
+
+async def test_an_error_object_inside_the_stream_is_a_stream_error_after_its_deltas() -> None:
+    body = sse(
+        delta("partial"),
+        {"error": {"message": "CUDA out of memory", "type": "server_error"}},
+        done=False,
+    )
+    items, error, _ = await canned(http_response(200, body, "text/event-stream"))
+    assert items == [Delta("partial")]
+    assert error is not None and error.kind == "stream_error"
+    assert "CUDA out of memory" in error.message
+
+
+async def test_an_error_event_inside_the_stream_is_a_stream_error() -> None:
+    body = 'event: error\ndata: {"message": "overloaded"}\n\n'
+    _, error, _ = await canned(http_response(200, body, "text/event-stream"))
+    assert error is not None and error.kind == "stream_error" and "overloaded" in error.message
+
+
+async def test_a_chunk_that_is_not_json_is_a_protocol_error() -> None:
+    _, error, _ = await canned(http_response(200, "data: {oops\n\n", "text/event-stream"))
+    assert error is not None and error.kind == "protocol"
+
+
+async def test_a_server_that_ignores_stream_true_still_gives_the_answer() -> None:
+    completion = {
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "whole"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
+    items, error, _ = await canned(http_response(200, json.dumps(completion)))
+    assert error is None
+    assert items == [Delta("whole"), Finish("stop"), Usage(3, 1, estimated=False)]
+
+
+async def test_a_server_that_closes_without_answering_is_a_protocol_error() -> None:
+    _, error, _ = await canned(b"")
+    assert error is not None and error.kind == "protocol"
+    assert error.message == "The model server closed the connection without answering"
+
+
+async def test_the_request_asks_for_a_stream_with_usage_and_sends_the_key() -> None:
+    async with CannedServer(
+        http_response(200, sse(delta("ok", finish="stop")), "text/event-stream")
+    ) as server:
+        keyed = UpstreamClient(server.url, "sk-test")
+        await collect(keyed, "q", max_tokens=9, temperature=0.5)
+        await keyed.aclose()
+        anonymous = UpstreamClient(server.url)
+        await collect(anonymous, "q")
+        await anonymous.aclose()
+    assert server.request_head(0).startswith("post /v1/chat/completions http/1.1")
+    assert "authorization: bearer sk-test" in server.request_head(0)
+    assert "authorization" not in server.request_head(1)
+    assert server.request_json(0) == {
+        "model": "demo-full",
+        "messages": [{"role": "user", "content": "q"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 9,
+        "temperature": 0.5,
+    }
+    assert "max_tokens" not in server.request_json(1) and "temperature" not in server.request_json(
+        1
+    )
+
+
+async def test_a_server_that_accepts_but_never_answers_is_a_timeout() -> None:
+    async with CannedServer(b"", close=False) as server:
+        # Hold the connection open without answering: a hung model server.
+        server.response = b""
+        client = UpstreamClient(server.url, read_timeout=0.2)
+        _, error = await collect(client, "hi")
+        await client.aclose()
+    assert error is not None and error.kind == "timeout"
+
+
+# --- history trimming -----------------------------------------------------------------------
+
+
+def msg(role: str, content: str) -> dict[str, str]:
+    return {"role": role, "content": content}
+
+
+def test_trim_keeps_the_system_message_and_the_newest_messages_that_fit() -> None:
+    history = [
+        msg("system", "S" * 10),
+        msg("user", "a" * 30),
+        msg("assistant", "b" * 30),
+        msg("user", "c" * 30),
+        msg("assistant", "d" * 30),
+        msg("user", "e" * 30),
+    ]
+    assert trim_history(history, 1000) == history
+    assert trim_history(history, 10 + 30 * 3) == [history[0], *history[3:]]
+    # 99 chars leave room for two whole messages, but a history must start with the user.
+    assert trim_history(history, 10 + 30 * 3 - 1) == [history[0], history[5]]
+
+
+def test_trim_cuts_a_lone_last_user_message_from_the_front() -> None:
+    history = [msg("user", "old"), msg("assistant", "reply"), msg("user", "0123456789")]
+    assert trim_history(history, 4) == [msg("user", "6789")]
+    assert history[2]["content"] == "0123456789"  # the caller's list is left alone
+
+
+def test_trim_always_leaves_the_last_user_message_half_the_budget() -> None:
+    history = [msg("system", "S" * 100), msg("user", "x" * 100)]
+    assert trim_history(history, 40) == [history[0], msg("user", "x" * 20)]
+
+
+def test_trim_without_a_system_message_or_users() -> None:
+    assert trim_history([], 10) == []
+    assert trim_history([msg("assistant", "hello")], 10) == [msg("assistant", "hello")]
+
+
+# --- the process-wide client ----------------------------------------------------------------
+
+
+async def test_get_client_is_one_client_per_loop_built_from_settings(settings: Any) -> None:
+    settings.LLM_BASE_URL = "http://127.0.0.1:9/v1"
+    settings.LLM_API_KEY = "sk-x"
+    first = get_client()
+    assert get_client() is first
+    assert first.base_url == "http://127.0.0.1:9/v1"
+    assert first.http_client.headers["authorization"] == "Bearer sk-x"
+
+    other: list[UpstreamClient] = []
+
+    def in_another_loop() -> None:
+        async def build() -> None:
+            other.append(get_client())
+            await close_client()
+
+        asyncio.run(build())
+
+    thread = threading.Thread(target=in_another_loop)
+    thread.start()
+    thread.join()
+    assert other and other[0] is not first
+
+    settings.LLM_BASE_URL = "http://127.0.0.1:10/v1"  # tests override settings: follow them
+    changed = get_client()
+    assert changed is not first and changed.base_url == "http://127.0.0.1:10/v1"
+    await close_client()
+    assert changed.http_client.is_closed
+    assert get_client() is not changed
+    await close_client()
+    assert id(asyncio.get_running_loop()) not in upstream._clients
