@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.utils.safestring import mark_safe
 
 from chat.models import Conversation, DeviceRule, Message, ModelTier, Plan, Quota, Usage
-from chat.ratelimit import _resolve_limits, get_limiter
+from chat.ratelimit import resolve_limits, get_limiter
 from chat.usage import daily_series, usage_svg
 
 User = get_user_model()
@@ -99,7 +99,7 @@ class ChatUserAdmin(DjangoUserAdmin):
 
     @admin.display(description="Left today")
     def remaining_today(self, obj: Any) -> str:
-        limits = _resolve_limits(obj.pk)
+        limits = resolve_limits(obj.pk)
         if not limits.daily_tokens:
             return "unlimited"
         return f"{max(0, limits.daily_tokens - int(obj._tokens_today)):,}"

@@ -88,7 +88,8 @@ def _valid_rate(rate: str) -> bool:
         return False
 
 
-def _resolve_limits(user_id: int) -> UserLimits:
+def resolve_limits(user_id: int) -> UserLimits:
+    """The user's limits straight from the database (sync, uncached: the admin's lists)."""
     quota = Quota.objects.select_related("plan").filter(user_id=user_id).first()
     default_plan = Plan.objects.filter(is_default=True).order_by("id").first()
     plan = (quota.plan if quota else None) or default_plan
@@ -119,13 +120,17 @@ def _resolve_limits(user_id: int) -> UserLimits:
     )
 
 
+# chat.admin imported the private name first; kept until it uses resolve_limits.
+_resolve_limits = resolve_limits
+
+
 async def limits_for(user_id: int) -> UserLimits:
     """The user's limits; cached ~2 s in this process, dropped at once when an admin edits."""
     now = time.monotonic()
     cached = _limits_cache.get(user_id)
     if cached and cached[0] > now:
         return cached[1]
-    resolved: UserLimits = await database_sync_to_async(_resolve_limits)(user_id)
+    resolved: UserLimits = await database_sync_to_async(resolve_limits)(user_id)
     _limits_cache[user_id] = (now + LIMITS_CACHE_SECONDS, resolved)
     return resolved
 

@@ -9,6 +9,7 @@ other instances read the stream log, which the turn appends to once per coalesce
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -127,16 +128,18 @@ class Turn:
                 max_tokens=self.max_tokens,
                 temperature=self.temperature,
             )
-            async for item in stream:
-                if isinstance(item, Delta):
-                    if self._ttft_ms is None:
-                        self._ttft_ms = int((loop.time() - started) * 1000)
-                    self._pending.append(item.text)
-                    self._schedule_flush(loop)
-                elif isinstance(item, Usage):
-                    self._usage = item
-                elif isinstance(item, Finish):
-                    self._finish_reason = item.reason
+            # aclosing: a cancel between two items closes the upstream response at once.
+            async with contextlib.aclosing(stream):
+                async for item in stream:
+                    if isinstance(item, Delta):
+                        if self._ttft_ms is None:
+                            self._ttft_ms = int((loop.time() - started) * 1000)
+                        self._pending.append(item.text)
+                        self._schedule_flush(loop)
+                    elif isinstance(item, Usage):
+                        self._usage = item
+                    elif isinstance(item, Finish):
+                        self._finish_reason = item.reason
             if self._finish_reason == "length":
                 error = "The answer reached the model's length limit."
         except asyncio.CancelledError:

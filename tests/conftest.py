@@ -169,6 +169,7 @@ def real_redis() -> Iterator[redis.Redis]:
     client.close()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-django orders transactional tests last
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Sockets and turns use threads for the ORM: their tests need committed data, and the
     # seeded tiers and rules restored after each flush.
