@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.utils.safestring import mark_safe
 
 from chat.models import Conversation, DeviceRule, Message, ModelTier, Plan, Quota, Usage
-from chat.ratelimit import resolve_limits, get_limiter
+from chat.ratelimit import get_limiter, resolve_limits
 from chat.usage import daily_series, usage_svg
 
 User = get_user_model()

@@ -117,6 +117,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 await self.on_stop(frame)
             elif kind == "resume":
                 await self.on_resume(frame)
+            elif kind == "regenerate":
+                await self.on_regenerate(frame)
             else:
                 self.send_error("bad_request", f"Unknown frame type {str(kind)[:40]!r}.")
         except services.BadRequest as exc:
@@ -125,14 +127,29 @@ class ChatConsumer(AsyncWebsocketConsumer):
             self.send_error("not_found", str(exc), mid=frame.get("mid"))
 
     async def on_prompt(self, frame: dict[str, Any]) -> None:
-        # The limiter middleware admitted this prompt and left what it holds for the turn.
+        await self._start(frame, regenerate=False)
+
+    async def on_regenerate(self, frame: dict[str, Any]) -> None:
+        await self._start(frame, regenerate=True)
+
+    async def _start(self, frame: dict[str, Any], *, regenerate: bool) -> None:
+        """Store the exchange and start its turn; a prompt, an edit or a regeneration."""
+        # The limiter middleware admitted this frame and left what it holds for the turn.
         admissions = self.scope.get("chat.admissions")
         admission = admissions.popleft() if admissions else None
         try:
-            text = services.check_prompt_text(frame.get("text"))
-            conversation_id = frame.get("conversation") or None
-            if conversation_id is not None and not isinstance(conversation_id, str):
-                raise services.BadRequest("The conversation must be an id.")
+            if regenerate:
+                mid = frame.get("mid")
+                if not isinstance(mid, str) or not mid:
+                    raise services.BadRequest("A message id is required.")
+            else:
+                text = services.check_prompt_text(frame.get("text"))
+                conversation_id = frame.get("conversation") or None
+                replaces = frame.get("replaces") or None
+                if conversation_id is not None and not isinstance(conversation_id, str):
+                    raise services.BadRequest("The conversation must be an id.")
+                if replaces is not None and not isinstance(replaces, str):
+                    raise services.BadRequest("`replaces` must be a message id.")
             # The socket's user was resolved at connect: re-check the session (PITFALLS).
             if not await database_sync_to_async(services.user_is_active)(
                 self.user_id, self.scope["session"].session_key
@@ -141,24 +158,25 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 if admission is not None:
                     await admission.settle(None)
                 return
-            exchange = await database_sync_to_async(services.do_start_exchange)(
-                self.user_id, conversation_id, text, model=self.tier.model, tier=self.tier.tier
-            )
+            if regenerate:
+                exchange = await database_sync_to_async(services.do_regenerate)(
+                    self.user_id, mid, model=self.tier.model, tier=self.tier.tier
+                )
+            else:
+                exchange = await database_sync_to_async(services.do_start_exchange)(
+                    self.user_id,
+                    conversation_id,
+                    text,
+                    model=self.tier.model,
+                    tier=self.tier.tier,
+                    replaces=replaces,
+                )
         except Exception:
             if admission is not None:
                 await admission.settle(None)
             raise
         answer = exchange.answer
-        self.push(
-            frames.exchange_html(
-                exchange.conversation,
-                exchange.prompt,
-                answer,
-                target="#messages",
-                watch=False,
-                created=exchange.created,
-            )
-        )
+        self.push(await _exchange_html(exchange, target="#messages", watch=False))
         turn = Turn(
             mid=answer.mid,
             conversation_id=str(exchange.conversation.id),
@@ -180,9 +198,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 "type": "chat.exchange",
                 "origin": self.channel_name,
                 "conversation": str(exchange.conversation.id),
-                "prompt": exchange.prompt.mid,
                 "answer": answer.mid,
                 "created": exchange.created,
+                "forked": exchange.forked,
             },
         )
 
@@ -290,18 +308,27 @@ def _trimmed(history: list[dict[str, str]]) -> list[dict[str, str]]:
     return trim_history(history, settings.LLM_CONTEXT_CHARS)
 
 
+async def _exchange_html(exchange: services.Exchange, *, target: str, watch: bool) -> str:
+    entries = None
+    if exchange.forked:
+        # The branch on show changed: the tab shows the whole thread anew.
+        entries = await database_sync_to_async(services.thread)(exchange.conversation, render=True)
+    return frames.exchange_html(exchange, target=target, watch=watch, entries=entries)
+
+
 def _exchange_for_watchers(event: dict[str, Any]) -> str | None:
     try:
-        prompt = Message.objects.select_related("conversation").get(mid=event["prompt"])
-        answer = Message.objects.get(mid=event["answer"])
+        answer = Message.objects.select_related("conversation", "parent").get(mid=event["answer"])
     except Message.DoesNotExist:
         return None
-    conversation = prompt.conversation
+    conversation = answer.conversation
+    exchange = services.Exchange(
+        conversation, event["created"], answer.parent, answer, [], forked=event["forked"]
+    )
+    entries = services.thread(conversation, render=True) if exchange.forked else None
     return frames.exchange_html(
-        conversation,
-        prompt,
-        answer,
+        exchange,
         target=f'#messages[data-conversation="{conversation.id}"]',
         watch=True,
-        created=event["created"],
+        entries=entries,
     )

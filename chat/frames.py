@@ -8,8 +8,9 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
-from chat.models import Conversation, Message
+from chat.models import Message
 from chat.rendering import render_markdown
+from chat.services import Exchange, ThreadEntry
 
 
 def chunk(mid: str, seq: int, text: str) -> str:
@@ -53,27 +54,28 @@ def ready(tier: str, model: str, instance: str, **extra: Any) -> str:
 
 
 def exchange_html(
-    conversation: Conversation,
-    prompt: Message,
-    answer: Message,
+    exchange: Exchange,
     *,
     target: str,
     watch: bool,
-    created: bool,
+    entries: list[ThreadEntry] | None = None,
 ) -> str:
     """The user's bubble and the assistant's empty shell, appended to the message list.
 
-    `watch` marks a shell sent to a tab that did not ask: its stream.js resumes it from the log.
+    With `entries` (an edit or a regeneration changed the branch on show) the whole thread
+    replaces the list instead. `watch` marks a shell sent to a tab that did not ask: its
+    stream.js resumes it from the log.
     """
     return render_to_string(
         "chat/frames/exchange.html",
         {
-            "conversation": conversation,
-            "prompt": prompt,
-            "answer": answer,
+            "conversation": exchange.conversation,
+            "prompt": exchange.prompt,
+            "answer": exchange.answer,
             "target": target,
             "watch": watch,
-            "created": created,
+            "created": exchange.created,
+            "entries": entries,
         },
     )
 

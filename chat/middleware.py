@@ -120,26 +120,34 @@ class DeviceTierASGIMiddleware:
         await self.inner(scope, receive, send)
 
 
-def prompt_text(text: str | None) -> str | None:
-    """The text of a well-formed prompt frame, else None (the consumer reports what is wrong)."""
-    if not text or '"prompt"' not in text:  # cheap: most frames are not prompts
-        return None
+def turn_estimate(text: str | None) -> int | None:
+    """Tokens to reserve for a frame that starts a turn (a prompt or a regeneration), or None.
+
+    Malformed frames get None and pass through: the consumer tells the user what is wrong,
+    and a frame that cannot start a turn must not use up the user's limits.
+    """
+    if not text or ('"prompt"' not in text and '"regenerate"' not in text):
+        return None  # cheap: most frames are not turns
     try:
         frame = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(frame, dict) or frame.get("type") != "prompt":
+    if not isinstance(frame, dict):
+        return None
+    if frame.get("type") == "regenerate":
+        return settings.CHAT_RESERVE_TOKENS if isinstance(frame.get("mid"), str) else None
+    if frame.get("type") != "prompt":
         return None
     body = frame.get("text")
     if not isinstance(body, str) or not body.strip():
         return None
     if len(body) > settings.CHAT_MAX_PROMPT_CHARS:
         return None
-    return body
+    return (len(body) + 3) // 4 + settings.CHAT_RESERVE_TOKENS
 
 
 class PromptLimitASGIMiddleware:
-    """Checks each prompt frame against the user's limits before the consumer sees it.
+    """Checks each frame that starts a turn against the user's limits before the consumer.
 
     A limited prompt is answered with an `error` frame (`rate_limited`, `quota_exceeded`,
     `too_many_streams`, with `retry_after`) and never reaches the consumer; an admitted one
@@ -162,11 +170,10 @@ class PromptLimitASGIMiddleware:
                 message: dict[str, Any] = await receive()
                 if message["type"] != "websocket.receive":
                     return message
-                text = prompt_text(message.get("text"))
+                estimate = turn_estimate(message.get("text"))
                 user = scope.get("user")
-                if text is None or user is None or not user.is_authenticated:
+                if estimate is None or user is None or not user.is_authenticated:
                     return message
-                estimate = (len(text) + 3) // 4 + settings.CHAT_RESERVE_TOKENS
                 result = await get_limiter().admit(user.pk, estimate_tokens=estimate)
                 if isinstance(result, Rejection):
                     await send(

@@ -22,6 +22,11 @@ class Conversation(models.Model):
     )
     title = models.CharField(max_length=200, default="New chat")
     pinned = models.BooleanField(default=False)
+    # The last message of the branch on show: edits and regenerations fork the conversation
+    # into a tree of messages, and this picks the path through it (None = the newest message).
+    leaf = models.ForeignKey(
+        "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
 
@@ -56,6 +61,10 @@ class Message(models.Model):
     mid = models.CharField(max_length=80, unique=True)
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="messages"
+    )
+    # The message this one follows; siblings (same parent, same role) are versions of a turn.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
     )
     role = models.CharField(max_length=16, choices=Role.choices)
     text = models.TextField(blank=True, default="")

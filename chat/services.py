@@ -68,53 +68,187 @@ def check_message(user_id: int, mid: Any) -> Message:
 
 @dataclass(frozen=True)
 class Exchange:
-    """What a new prompt created: the conversation (maybe new), both messages, the history."""
+    """What a new prompt created: the conversation (maybe new), both messages, the history.
+
+    `prompt` is None for a regeneration (the answer follows an existing prompt); `forked` says
+    the branch on show changed, so the page shows the thread anew instead of appending to it.
+    """
 
     conversation: Conversation
     created: bool
-    prompt: Message
+    prompt: Message | None
     answer: Message
     history: list[dict[str, str]]
+    forked: bool = False
+
+
+@dataclass(frozen=True)
+class ThreadEntry:
+    """A message on the branch on show, and where it stands among its versions."""
+
+    message: Message
+    version: int  # 1-based
+    versions: int
+    previous: str  # mid of the previous version, "" if none
+    next: str
+    rendered: str = ""  # the finished answer as sanitised HTML, when asked for
+
+
+def _rendered(message: Message) -> str:
+    from chat.rendering import render_markdown
+
+    finished = message.role == Message.Role.ASSISTANT and message.status != Message.Status.STREAMING
+    return render_markdown(message.text) if finished and message.text else ""
+
+
+def thread(conversation: Conversation, *, render: bool = False) -> list[ThreadEntry]:
+    """The branch on show, root first: one query, then a walk up from the leaf.
+
+    With `render`, finished answers come with their HTML (markdown rendering is not free).
+    """
+    messages = list(conversation.messages.all())
+    if not messages:
+        return []
+    by_id = {m.pk: m for m in messages}
+    siblings: dict[tuple[int | None, str], list[Message]] = {}
+    for m in messages:  # created order, so each version list is oldest first
+        siblings.setdefault((m.parent_id, m.role), []).append(m)
+    leaf = by_id.get(conversation.leaf_id or -1) or messages[-1]
+    path: list[Message] = []
+    node: Message | None = leaf
+    while node is not None:
+        path.append(node)
+        node = by_id.get(node.parent_id) if node.parent_id else None
+    path.reverse()
+    entries = []
+    for m in path:
+        versions = siblings[(m.parent_id, m.role)]
+        i = versions.index(m)
+        entries.append(
+            ThreadEntry(
+                m,
+                i + 1,
+                len(versions),
+                versions[i - 1].mid if i > 0 else "",
+                versions[i + 1].mid if i + 1 < len(versions) else "",
+                _rendered(m) if render else "",
+            )
+        )
+    return entries
+
+
+def _history(entries: list[ThreadEntry]) -> list[dict[str, str]]:
+    return [{"role": e.message.role, "content": e.message.text} for e in entries if e.message.text]
+
+
+def _path_to(conversation: Conversation, message: Message | None) -> list[ThreadEntry]:
+    """The thread that ends at `message` (None: the empty thread before the first prompt)."""
+    if message is None:
+        return []
+    conversation.leaf_id = message.pk
+    return thread(conversation)
+
+
+def _new_answer(conversation: Conversation, parent: Message, *, model: str, tier: str) -> Message:
+    return Message.objects.create(
+        mid=new_message_id(conversation.shard),
+        conversation=conversation,
+        parent=parent,
+        role=Message.Role.ASSISTANT,
+        status=Message.Status.STREAMING,
+        model=model,
+        tier=tier,
+        owner=settings.CHAT_INSTANCE_ID,
+        lease_until=timezone.now() + timedelta(seconds=settings.CHAT_LEASE_SECONDS),
+    )
 
 
 def do_start_exchange(
-    user_id: int, conversation_id: str | None, text: str, *, model: str, tier: str
+    user_id: int,
+    conversation_id: str | None,
+    text: str,
+    *,
+    model: str,
+    tier: str,
+    replaces: str | None = None,
 ) -> Exchange:
-    """Store the prompt and an empty streaming answer in one transaction."""
-    now = timezone.now()
+    """Store the prompt and an empty streaming answer in one transaction.
+
+    With `replaces` (the mid of an earlier prompt of this conversation) the prompt is an edit:
+    a new version of that prompt, and the conversation continues from there on a new branch.
+    """
     with transaction.atomic():
         if conversation_id:
             conversation = check_conversation(user_id, conversation_id)
             created = False
         else:
+            if replaces:
+                raise BadRequest("An edit needs its conversation.")
             conversation = Conversation.objects.create(
                 user_id=user_id, title=title_from_prompt(text)
             )
             created = True
-        history = [
-            {"role": m.role, "content": m.text}
-            for m in conversation.messages.exclude(text="").only("role", "text")
-        ]
+        entries = thread(conversation)
+        if replaces:
+            at = next((i for i, e in enumerate(entries) if e.message.mid == replaces), None)
+            if at is None or entries[at].message.role != Message.Role.USER:
+                raise NotFound("That message is not a prompt on this conversation's branch.")
+            before = entries[:at]
+            parent = entries[at].message.parent
+        else:
+            before = entries
+            parent = entries[-1].message if entries else None
         prompt = Message.objects.create(
             mid=new_message_id(conversation.shard),
             conversation=conversation,
+            parent=parent,
             role=Message.Role.USER,
             text=text,
             status=Message.Status.COMPLETE,
         )
-        answer = Message.objects.create(
-            mid=new_message_id(conversation.shard),
-            conversation=conversation,
-            role=Message.Role.ASSISTANT,
-            status=Message.Status.STREAMING,
-            model=model,
-            tier=tier,
-            owner=settings.CHAT_INSTANCE_ID,
-            lease_until=now + timedelta(seconds=settings.CHAT_LEASE_SECONDS),
+        answer = _new_answer(conversation, prompt, model=model, tier=tier)
+        Conversation.objects.filter(pk=conversation.pk).update(
+            leaf=answer, updated_at=timezone.now()
         )
-        Conversation.objects.filter(pk=conversation.pk).update(updated_at=now)
-    history.append({"role": "user", "content": text})
-    return Exchange(conversation, created, prompt, answer, history)
+        conversation.leaf = answer
+    history = [*_history(before), {"role": "user", "content": text}]
+    return Exchange(conversation, created, prompt, answer, history, forked=bool(replaces))
+
+
+def do_regenerate(user_id: int, answer_mid: str, *, model: str, tier: str) -> Exchange:
+    """A new version of a finished answer: the same prompt asked again, on a new branch."""
+    with transaction.atomic():
+        old = check_message(user_id, answer_mid)
+        if old.status == Message.Status.STREAMING:
+            raise BadRequest("That answer is still streaming; stop it first.")
+        conversation = old.conversation
+        prompt = old.parent
+        if prompt is None:
+            raise BadRequest("That answer has no prompt to ask again.")
+        before = _path_to(conversation, prompt)
+        answer = _new_answer(conversation, prompt, model=model, tier=tier)
+        Conversation.objects.filter(pk=conversation.pk).update(
+            leaf=answer, updated_at=timezone.now()
+        )
+        conversation.leaf = answer
+    return Exchange(conversation, False, None, answer, _history(before), forked=True)
+
+
+def do_switch_version(user_id: int, conversation_id: str, mid: str) -> Conversation:
+    """Show another version of a message: the branch continues to that version's newest leaf."""
+    conversation = check_conversation(user_id, conversation_id)
+    try:
+        node = conversation.messages.get(mid=mid)
+    except Message.DoesNotExist:
+        raise NotFound("That message does not exist.") from None
+    children: dict[int, list[Message]] = {}
+    for m in conversation.messages.exclude(parent=None).order_by("created_at", "id"):
+        children.setdefault(m.parent_id or 0, []).append(m)
+    while node.pk in children:
+        node = children[node.pk][-1]  # the newest continuation
+    conversation.leaf = node
+    conversation.save(update_fields=["leaf"])
+    return conversation
 
 
 def do_checkpoint(mid: str, text: str, chunk_count: int) -> None:

@@ -9,7 +9,7 @@ import logging
 import math
 import re
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -156,7 +156,7 @@ class UpstreamClient:
         messages: list[dict[str, str]],
         max_tokens: int | None = None,
         temperature: float | None = None,
-    ) -> AsyncIterator[StreamItem]:
+    ) -> AsyncGenerator[StreamItem, None]:
         """Stream one answer: `Delta`s in order, one `Finish`, then exactly one `Usage`.
 
         Raises `UpstreamError` for anything that keeps the answer from finishing. Use it as

@@ -11,6 +11,11 @@ urlpatterns = [
     path("c/<uuid:conversation_id>/", views.conversation, name="conversation"),
     path("c/<uuid:conversation_id>/rename/", views.rename, name="rename"),
     path("c/<uuid:conversation_id>/delete/", views.delete, name="delete"),
+    path(
+        "c/<uuid:conversation_id>/versions/<str:mid>/",
+        views.switch_version,
+        name="switch_version",
+    ),
     path("conversations/", views.conversation_list, name="conversation_list"),
     path("tier/", views.choose_tier, name="choose_tier"),
     path("accounts/signup/", views.signup, name="signup"),

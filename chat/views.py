@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from chat import services
 from chat.forms import RenameForm, SignupForm
-from chat.models import Conversation, Message
-from chat.rendering import render_markdown
+from chat.models import Conversation
+from chat.ratelimit import get_limiter
 
 SIDEBAR_SIZE = 50
 
@@ -29,24 +31,28 @@ def _conversations(request: HttpRequest) -> QuerySet[Conversation]:
 
 
 def _page(request: HttpRequest, conversation: Conversation | None) -> HttpResponse:
-    messages: list[Message] = []
+    entries: list[services.ThreadEntry] = []
     if conversation is not None:
         services.do_reap_orphans()
-        messages = list(conversation.messages.all())
-        for m in messages:
-            if m.role == Message.Role.ASSISTANT and m.status != Message.Status.STREAMING:
-                m.rendered_html = render_markdown(m.text)  # type: ignore[attr-defined]
+        entries = services.thread(conversation, render=True)
     return render(
         request,
         "chat/page.html",
         {
             "conversation": conversation,
-            "messages": messages,
+            "entries": entries,
             "conversations": _conversations(request)[:SIDEBAR_SIZE],
             "tier": getattr(request, "tier", None),
-            "max_prompt_chars": services.settings.CHAT_MAX_PROMPT_CHARS,
+            "max_prompt_chars": settings.CHAT_MAX_PROMPT_CHARS,
+            "tokens_left": _tokens_left(int(request.user.pk or 0)),
         },
     )
+
+
+def _tokens_left(user_id: int) -> int | None:
+    """Today's tokens left for the usage meter; None when the quota is unlimited."""
+    used, quota = async_to_sync(get_limiter().tokens_today)(user_id)
+    return max(0, quota - used) if quota else None
 
 
 @login_required
@@ -90,6 +96,21 @@ def rename(request: HttpRequest, conversation_id: str) -> HttpResponse:
 
 @login_required
 @require_POST
+def switch_version(request: HttpRequest, conversation_id: str, mid: str) -> HttpResponse:
+    """Show another version of a message (the "2 of 3" arrows); htmx swaps the thread."""
+    try:
+        conv = services.do_switch_version(int(request.user.pk or 0), str(conversation_id), mid)
+    except services.NotFound as exc:
+        raise Http404(str(exc)) from None
+    return render(
+        request,
+        "chat/partials/thread.html",
+        {"entries": services.thread(conv, render=True), "conversation": conv},
+    )
+
+
+@login_required
+@require_POST
 def delete(request: HttpRequest, conversation_id: str) -> HttpResponse:
     conv = get_object_or_404(Conversation, id=conversation_id, user=request.user)
     conv.delete()
@@ -110,9 +131,7 @@ def choose_tier(request: HttpRequest) -> HttpResponse:
     else:
         response = redirect(_safe_next(request))
     if choice in ("full", "lite"):
-        response.set_cookie(
-            "chat_tier", choice, max_age=365 * 86400, samesite="Lax", httponly=True
-        )
+        response.set_cookie("chat_tier", choice, max_age=365 * 86400, samesite="Lax", httponly=True)
     else:
         response.delete_cookie("chat_tier")
     return response
