@@ -47,8 +47,8 @@ class VendoredPackage:
     version_range: str
     dest_dir: str
     files: tuple[VendoredFile, ...]
-    # Used only when the package.json has no "license" field (htmx-ext-ws ships a 0BSD
-    # LICENSE file but declares nothing); checked by hand against that file.
+    # Used only when the package.json has no "license" field; checked by hand against the
+    # package's LICENSE file.
     licence_fallback: str = ""
 
 
@@ -61,16 +61,6 @@ PACKAGES: tuple[VendoredPackage, ...] = (
             VendoredFile("dist/htmx.min.js", "htmx.min.js"),
             VendoredFile("LICENSE", "LICENSE-htmx.txt", is_licence=True),
         ),
-    ),
-    VendoredPackage(
-        name="htmx-ext-ws",
-        version_range="~2.0",
-        dest_dir="static/vendor",
-        files=(
-            VendoredFile("ws.js", "ws.js"),
-            VendoredFile("LICENSE", "LICENSE-htmx-ext-ws.txt", is_licence=True),
-        ),
-        licence_fallback="0BSD",
     ),
     # Test-only: injected into pages by the accessibility tests, never served by the app.
     VendoredPackage(
