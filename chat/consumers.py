@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections import deque
@@ -15,7 +16,7 @@ from django.conf import settings
 from chat import frames, services
 from chat.models import Message
 from chat.startup import ensure_started
-from chat.streamlog import Chunk, Done, StreamLogUnavailable, get_stream_log
+from chat.streamlog import Chunk, StreamLogUnavailable, get_stream_log
 from chat.turns import Turn, registry
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         try:
             frame = json.loads(text_data)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than json goes
             self.send_error("bad_request", "That frame is not valid JSON.")
             return
         if not isinstance(frame, dict):
@@ -120,11 +121,13 @@ class ChatConsumer(AsyncWebsocketConsumer):
             elif kind == "regenerate":
                 await self.on_regenerate(frame)
             else:
-                self.send_error("bad_request", f"Unknown frame type {str(kind)[:40]!r}.")
+                # Only a string is echoed: str() of a deeply nested value can itself recurse.
+                named = kind[:40] if isinstance(kind, str) else type(kind).__name__
+                self.send_error("bad_request", f"Unknown frame type {named!r}.")
         except services.BadRequest as exc:
-            self.send_error("bad_request", str(exc), mid=frame.get("mid"))
+            self.send_error("bad_request", str(exc), mid=_echoed_mid(frame))
         except services.NotFound as exc:
-            self.send_error("not_found", str(exc), mid=frame.get("mid"))
+            self.send_error("not_found", str(exc), mid=_echoed_mid(frame))
 
     async def on_prompt(self, frame: dict[str, Any]) -> None:
         await self._start(frame, regenerate=False)
@@ -245,23 +248,34 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _follow_log(self, mid: str, after: int) -> None:
         """Follow an answer whose turn runs on another instance (or died) through the log."""
+        quiet = settings.CHAT_LEASE_SECONDS
         try:
             while True:
-                async for entry in get_stream_log().read(mid, after):
-                    if isinstance(entry, Chunk):
-                        after = entry.seq
-                        self.push(frames.chunk(mid, entry.seq, entry.text))
-                    elif isinstance(entry, Done):
-                        message = await database_sync_to_async(Message.objects.get)(mid=mid)
-                        self.push(await frames.final_message_html(message))
-                        self.push(json.dumps(entry.payload))
-                        return
-                # No log (yet, or any more): the database decides.
+                # The database decides first: an answer whose instance died (its lease ran
+                # out) is marked failed and shown as such, not followed forever.
                 await database_sync_to_async(services.do_reap_orphans)()
                 message = await database_sync_to_async(Message.objects.get)(mid=mid)
                 if message.status != Message.Status.STREAMING:
                     await self._push_final(message)
                     return
+                async with contextlib.aclosing(
+                    get_stream_log().read(mid, after, block_ms=int(quiet * 1000))
+                ) as stream:
+                    try:
+                        while True:
+                            entry = await asyncio.wait_for(anext(stream), quiet)
+                            if isinstance(entry, Chunk):
+                                after = entry.seq
+                                self.push(frames.chunk(mid, entry.seq, entry.text))
+                            else:
+                                message = await database_sync_to_async(Message.objects.get)(
+                                    mid=mid
+                                )
+                                self.push(await frames.final_message_html(message))
+                                self.push(json.dumps(entry.payload))
+                                return
+                    except (StopAsyncIteration, TimeoutError):
+                        pass  # no log, or silent for a whole lease: look at the database again
         except StreamLogUnavailable:
             self.send_error(
                 "unavailable",
@@ -300,6 +314,13 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def chat_logout(self, event: dict[str, Any]) -> None:
         self.send_error("unauthenticated", "You have been logged out. Log in again.")
         self.close_after_sending(CLOSE_UNAUTHENTICATED)
+
+
+def _echoed_mid(frame: dict[str, Any]) -> str | None:
+    """The frame's `mid` to echo in an error: only a string (any other value came from a
+    hostile client and may be nested too deeply to serialise)."""
+    mid = frame.get("mid")
+    return mid if isinstance(mid, str) else None
 
 
 def _trimmed(history: list[dict[str, str]]) -> list[dict[str, str]]:

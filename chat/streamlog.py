@@ -10,7 +10,7 @@ import re
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,7 +120,9 @@ class StreamLog(ABC):
         """Wait until everything queued so far is written (or `timeout` passed)."""
 
     @abstractmethod
-    def read(self, mid: str, after: int = -1, *, block_ms: int = 15000) -> AsyncIterator[Entry]:
+    def read(
+        self, mid: str, after: int = -1, *, block_ms: int = 15000
+    ) -> AsyncGenerator[Entry, None]:
         """Replay chunks with seq > after, follow live ones, end with Done.
 
         Ends without Done when the log does not exist for block_ms (never written, expired).
@@ -362,7 +364,7 @@ class RedisStreamLog(StreamLog):
 
     async def read(
         self, mid: str, after: int = -1, *, block_ms: int = 15000
-    ) -> AsyncIterator[Entry]:
+    ) -> AsyncGenerator[Entry, None]:
         _check_block_ms(block_ms)
         key = self._key(mid)
         last_seq = max(after, -1)
@@ -498,7 +500,7 @@ class MemoryStreamLog(StreamLog):
 
     async def read(
         self, mid: str, after: int = -1, *, block_ms: int = 15000
-    ) -> AsyncIterator[Entry]:
+    ) -> AsyncGenerator[Entry, None]:
         _check_block_ms(block_ms)
         self._sweep()
         loop = asyncio.get_running_loop()

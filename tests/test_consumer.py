@@ -283,3 +283,31 @@ async def test_a_logged_out_session_cannot_send_prompts(connect: Any, owner: Any
     assert error["code"] == "unauthenticated"
     assert (await comm.receive_output(timeout=5))["type"] == "websocket.close"
     assert await database_sync_to_async(Message.objects.count)() == 0
+
+
+async def test_resume_of_an_answer_whose_instance_died_shows_it_failed_with_its_text(
+    connect: Any, owner: Any
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from chat import services
+
+    def orphan() -> str:
+        exchange = services.do_start_exchange(owner.pk, None, "hello", model="m", tier="full")
+        services.do_checkpoint(exchange.answer.mid, "half an ans", 2)
+        # Its instance died: nobody extends the lease any more.
+        Message.objects.filter(mid=exchange.answer.mid).update(
+            owner="web9", lease_until=timezone.now() - timedelta(seconds=1)
+        )
+        return exchange.answer.mid
+
+    mid = await database_sync_to_async(orphan)()
+    comm = await connect(owner)
+    await comm.send_to(text_data=json.dumps({"type": "resume", "mid": mid, "after": -1}))
+    html = await comm.receive_from(timeout=10)
+    assert 'data-status="failed"' in html and "half an ans" in html
+    done = json.loads(await comm.receive_from(timeout=10))
+    assert done["type"] == "done" and done["status"] == "failed"
+    assert "interrupted" in done["error"]
