@@ -11,6 +11,7 @@ urlpatterns = [
     path("c/<uuid:conversation_id>/", views.conversation, name="conversation"),
     path("c/<uuid:conversation_id>/rename/", views.rename, name="rename"),
     path("c/<uuid:conversation_id>/delete/", views.delete, name="delete"),
+    path("c/<uuid:conversation_id>/pin/", views.pin, name="pin"),
     path(
         "c/<uuid:conversation_id>/versions/<str:mid>/",
         views.switch_version,

@@ -6,7 +6,7 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -21,13 +21,28 @@ SIDEBAR_SIZE = 50
 
 
 def _conversations(request: HttpRequest) -> QuerySet[Conversation]:
+    """The user's conversations, pinned first then newest; filtered by `?q=` (title or text)."""
     qs = Conversation.objects.filter(user_id=int(request.user.pk or 0))
     query = request.GET.get("q", "").strip()
     if query:
-        from django.db.models import Q
-
         qs = qs.filter(Q(title__icontains=query) | Q(messages__text__icontains=query)).distinct()
     return qs
+
+
+def _sidebar(request: HttpRequest, current: str) -> dict[str, object]:
+    """One page of the conversation list, and where the next page starts (None at the end)."""
+    try:
+        offset = max(0, int(request.GET.get("offset", "0")))
+    except ValueError:
+        offset = 0
+    page = list(_conversations(request)[offset : offset + SIDEBAR_SIZE + 1])
+    more = offset + SIDEBAR_SIZE if len(page) > SIDEBAR_SIZE else None
+    return {
+        "conversations": page[:SIDEBAR_SIZE],
+        "next_offset": more,
+        "query": request.GET.get("q", "").strip(),
+        "current": current,
+    }
 
 
 def _page(request: HttpRequest, conversation: Conversation | None) -> HttpResponse:
@@ -41,7 +56,7 @@ def _page(request: HttpRequest, conversation: Conversation | None) -> HttpRespon
         {
             "conversation": conversation,
             "entries": entries,
-            "conversations": _conversations(request)[:SIDEBAR_SIZE],
+            **_sidebar(request, str(conversation.id) if conversation else ""),
             "tier": getattr(request, "tier", None),
             "max_prompt_chars": settings.CHAT_MAX_PROMPT_CHARS,
             "tokens_left": _tokens_left(int(request.user.pk or 0)),
@@ -51,7 +66,11 @@ def _page(request: HttpRequest, conversation: Conversation | None) -> HttpRespon
 
 def _tokens_left(user_id: int) -> int | None:
     """Today's tokens left for the usage meter; None when the quota is unlimited."""
-    used, quota = async_to_sync(get_limiter().tokens_today)(user_id)
+
+    async def read() -> tuple[int, int]:
+        return await get_limiter().tokens_today(user_id)
+
+    used, quota = async_to_sync(read)()
     return max(0, quota - used) if quota else None
 
 
@@ -71,11 +90,23 @@ def conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
 @login_required
 @require_GET
 def conversation_list(request: HttpRequest) -> HttpResponse:
-    current = request.GET.get("current", "")
     return render(
         request,
         "chat/partials/conversation_list.html",
-        {"conversations": _conversations(request)[:SIDEBAR_SIZE], "current": current},
+        _sidebar(request, request.GET.get("current", "")),
+    )
+
+
+@login_required
+@require_POST
+def pin(request: HttpRequest, conversation_id: str) -> HttpResponse:
+    """Pin or unpin a conversation; the list is sent again since its order changed."""
+    conv = get_object_or_404(Conversation, id=conversation_id, user=request.user)
+    Conversation.objects.filter(pk=conv.pk).update(pinned=not conv.pinned)
+    return render(
+        request,
+        "chat/partials/conversation_list.html",
+        _sidebar(request, request.POST.get("current", "")),
     )
 
 
