@@ -1,11 +1,13 @@
 // stream.js — owns the chat socket: frames in and out, chunk ordering, resume, and the DOM.
-// Ordering logic lives in reorder.js (pure); this file does the socket and the page.
+// Ordering logic lives in reorder.js, reconnect timing in backoff.js and the words the page
+// shows in labels.js (all pure); this file does the socket and the page.
+import { BACKOFF_MAX_MS, reconnectDelay } from "./backoff.js";
+import { countdownText, tierBadge, tokensLeftText, withoutStaticRetryHint } from "./labels.js";
 import { ReorderBuffer } from "./reorder.js";
 
 const GAP_RESUME_MS = 500; // a gap open this long is asked for again with `resume`
-const BACKOFF_BASE_MS = 400;
-const BACKOFF_MAX_MS = 15000;
 const NEAR_BOTTOM_PX = 48;
+const FLASH_MS = 1500;
 
 const $ = (sel, root = document) => root.querySelector(sel);
 const messagesEl = $("#messages");
@@ -17,6 +19,9 @@ const statusEl = $("#composer-status");
 const alertsEl = $("#alerts");
 const connectionEl = $("#connection");
 const jumpBtn = $("#jump");
+const announcer = $("#announcer");
+const usageEl = $("#usage-meter");
+const touchScreen = matchMedia("(pointer: coarse)").matches;
 
 /** One answer this tab shows while it streams. */
 class Watch {
@@ -36,8 +41,10 @@ const state = {
   watches: new Map(), // mid -> Watch
   paintQueued: false,
   dirty: new Set(),
-  awaitingPrompt: false, // a prompt was sent and neither accepted nor refused yet
-  ownTurn: "", // the mid of the answer this tab asked for and is streaming
+  // A prompt was sent and neither accepted nor refused yet; `fromBox` says whether it is the
+  // text in the prompt box (cleared once accepted) or a retry of an earlier prompt.
+  awaiting: null,
+  started: new Set(), // mids whose turn started while this page was open (for the usage meter)
   countdownTimer: 0,
   followBottom: true,
 };
@@ -49,14 +56,18 @@ function socketUrl() {
 
 function connect() {
   clearTimeout(state.reconnectTimer);
+  if (state.socket) return;
   setConnection(state.attempts ? "reconnecting" : "connecting");
   const ws = new WebSocket(socketUrl());
   state.socket = ws;
-  ws.addEventListener("message", (event) => onFrame(event.data));
+  ws.addEventListener("message", (event) => {
+    // Frames still arriving on a socket we gave up on are ignored: `resume` on the new one
+    // sends everything after what we show, so nothing is lost and nothing doubles.
+    if (state.socket === ws) onFrame(event.data);
+  });
   ws.addEventListener("close", (event) => {
     if (state.socket !== ws) return;
-    state.socket = null;
-    state.ready = false;
+    lostSocket();
     if (event.code === 4401) {
       setConnection("logged-out");
       location.assign(`/accounts/login/?next=${encodeURIComponent(location.pathname)}`);
@@ -66,18 +77,46 @@ function connect() {
   });
 }
 
+function lostSocket() {
+  state.socket = null;
+  state.ready = false;
+  if (state.awaiting) {
+    // We cannot know whether the prompt arrived; the text is still in the box to send again.
+    state.awaiting = null;
+  }
+}
+
 function scheduleReconnect() {
-  // Exponential backoff with full jitter, so a restarted server is not hit by every tab at once.
-  const cap = Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** state.attempts);
+  clearTimeout(state.reconnectTimer);
+  const offline = navigator.onLine === false;
+  // Offline, attempts would only fail: the `online` event reconnects at once, and a slow
+  // timer covers a browser that misses telling us.
+  const delay = offline ? BACKOFF_MAX_MS : reconnectDelay(state.attempts);
   state.attempts += 1;
-  setConnection(navigator.onLine === false ? "offline" : "reconnecting");
-  state.reconnectTimer = setTimeout(connect, Math.random() * cap);
+  setConnection(offline ? "offline" : "reconnecting");
+  state.reconnectTimer = setTimeout(connect, delay);
 }
 
 function reconnectNow() {
   const ws = state.socket;
   if (ws && (ws.readyState === WebSocket.OPEN || ws.readyState === WebSocket.CONNECTING)) return;
+  if (ws) lostSocket();
   connect();
+}
+
+function dropSocket() {
+  // When the network goes away the old TCP connection often dies silently (no close event for
+  // minutes, e.g. a phone moving from Wi-Fi to mobile data): give it up now and resume on a
+  // fresh socket as soon as the browser is back online.
+  const ws = state.socket;
+  if (!ws) return;
+  lostSocket();
+  try {
+    ws.close(1000, "offline");
+  } catch {
+    // already closing
+  }
+  scheduleReconnect();
 }
 
 function send(frame) {
@@ -88,21 +127,26 @@ function send(frame) {
 }
 
 window.addEventListener("online", reconnectNow);
-window.addEventListener("offline", () => setConnection("offline"));
+window.addEventListener("offline", () => {
+  dropSocket();
+  setConnection("offline");
+});
 document.addEventListener("visibilitychange", () => {
   if (document.visibilityState === "visible") reconnectNow();
 });
 
 function setConnection(kind) {
+  // Short, for the header; the composer's status line says what it means for the user.
   const labels = {
     connecting: "Connecting…",
     connected: "Connected",
     reconnecting: "Reconnecting…",
-    offline: "Offline — will reconnect",
+    offline: "Offline",
     "logged-out": "Logged out",
   };
   connectionEl.dataset.state = kind;
   connectionEl.textContent = labels[kind] || kind;
+  connectionEl.title = connectionEl.textContent;
   updateComposer();
 }
 
@@ -119,6 +163,9 @@ function onFrame(data) {
     onJson(frame);
     return;
   }
+  // Text released but not painted yet goes on the page before an HTML frame may replace its
+  // answer, so what the answer showed while streaming is always everything released.
+  if (state.dirty.size) paint();
   // HTML frames carry hx-swap-oob fragments: htmx's swap engine places them.
   window.htmx.swap(document.body, data, { swapStyle: "none" });
   afterHtml();
@@ -130,6 +177,7 @@ function onJson(frame) {
       state.ready = true;
       state.attempts = 0;
       setConnection("connected");
+      showTier(frame);
       resumeAll();
       break;
     case "chunk":
@@ -194,31 +242,29 @@ function onDone(frame) {
     article.dataset.status = frame.status;
     $(".body", article)?.setAttribute("aria-busy", "false");
   }
-  if (frame.mid === state.ownTurn) {
-    state.ownTurn = "";
-    updateComposer();
-    if (document.activeElement === document.body) promptEl.focus();
-  }
+  if (state.started.delete(frame.mid)) spendTokens(frame.usage);
+  updateComposer();
+  returnFocusToPrompt();
 }
 
 function onError(frame) {
-  const rejectedPrompt = state.awaitingPrompt && !frame.mid;
-  if (rejectedPrompt) {
-    // Nothing the user typed is lost: the prompt stays in the box to send again.
-    state.awaitingPrompt = false;
+  if (state.awaiting && !frame.mid) {
+    // A refused prompt: nothing the user typed is lost, it stays in the box to send again.
+    state.awaiting = null;
   }
-  showAlert(frame.message || "Something went wrong.", frame.retry_after);
+  showAlert(frame.message || "Something went wrong.", frame.retry_after, frame.code);
   if (frame.code === "not_found" && frame.mid) {
     state.watches.delete(frame.mid);
     const article = articleFor(frame.mid);
     if (article && article.dataset.status === "streaming") article.dataset.status = "failed";
   }
   updateComposer();
+  returnFocusToPrompt();
 }
 
 function resumeAll() {
   // After (re)connecting: ask for every answer still streaming on the page, from where we are.
-  for (const article of messagesEl.querySelectorAll('article[data-status="streaming"]')) {
+  for (const article of streamingArticles()) {
     const watch = watchFor(article.dataset.mid);
     send({ type: "resume", mid: watch.mid, after: watch.buffer.next - 1 });
   }
@@ -232,33 +278,83 @@ function afterHtml() {
     messagesEl.dataset.conversation = conv;
     $("#main").dataset.conversation = conv;
     history.replaceState(null, "", `/c/${conv}/`);
-    const title = $(`#conv-${conv} a`);
-    if (title) {
-      $(".chat-head .title").textContent = title.textContent;
-      document.title = `${title.textContent} · chatsite`;
-    }
   }
-  $("#conversation-list > li.empty")?.remove();
-  $("#empty-state")?.remove();
-  for (const article of messagesEl.querySelectorAll('article[data-status="streaming"]')) {
+  if ($("#conversation-list > li.conv")) $("#conversation-list > li.empty")?.remove();
+  // (Another tab's new conversation adds to the list, not to this page's messages.)
+  if ($("article", messagesEl)) $("#empty-state")?.remove();
+  let accepted = false;
+  for (const article of streamingArticles()) {
     const mid = article.dataset.mid;
     if (state.watches.has(mid)) continue;
     watchFor(mid);
+    state.started.add(mid);
     if (article.dataset.watch) {
       send({ type: "resume", mid, after: -1 }); // another tab's answer: follow it
-    } else if (state.awaitingPrompt) {
-      // Our prompt was accepted: the box can be cleared now.
-      state.awaitingPrompt = false;
-      state.ownTurn = mid;
-      promptEl.value = "";
-      autosize();
+    } else if (state.awaiting) {
+      accepted = true;
+      // Our prompt was accepted: the box can be cleared now (unless this was a retry).
+      if (state.awaiting.fromBox) {
+        promptEl.value = "";
+        autosize();
+      }
+      state.awaiting = null;
       clearAlert();
     }
   }
+  if (accepted || conv) markCurrentConversation({ moveToTop: accepted });
   enhance(messagesEl);
   updateComposer();
   if (state.followBottom) scrollToBottom();
 }
+
+// --- the conversation list ------------------------------------------------------------------
+function currentConversation() {
+  return messagesEl.dataset.conversation || "";
+}
+
+function markCurrentConversation({ moveToTop = false } = {}) {
+  // The sidebar shows the open conversation highlighted; the one just written to goes first
+  // (after the pinned ones), as the list is newest first.
+  const conv = currentConversation();
+  const list = $("#conversation-list");
+  if (!list) return;
+  for (const item of list.querySelectorAll("li.conv")) {
+    const current = item.id === `conv-${conv}`;
+    item.classList.toggle("current", current);
+    const link = $("a", item);
+    if (current) link?.setAttribute("aria-current", "page");
+    else link?.removeAttribute("aria-current");
+    for (const input of item.querySelectorAll('input[name="current"]')) input.value = conv;
+  }
+  const item = conv && document.getElementById(`conv-${conv}`);
+  if (!item) return;
+  if (moveToTop) {
+    // Pinned conversations stay above the others: an unpinned one goes first below them.
+    const pinned = (li) => Boolean(li.querySelector(".pinned"));
+    const before = pinned(item)
+      ? list.firstElementChild
+      : [...list.children].find((li) => li !== item && li.matches("li.conv") && !pinned(li));
+    if (before && before !== item) list.insertBefore(item, before);
+  }
+  const title = $("a", item)?.textContent.trim();
+  if (title) showTitle(title);
+}
+
+function showTitle(title) {
+  $(".chat-head .title").textContent = title;
+  document.title = `${title} · chatsite`;
+}
+
+document.body.addEventListener("htmx:afterSettle", (event) => {
+  // A rename or a search result replaced part of the list: keep the open one marked, and
+  // the page's title in step with a renamed conversation.
+  if (event.target.closest?.("#conversation-list")) markCurrentConversation();
+});
+
+document.body.addEventListener("htmx:afterRequest", () => {
+  // A rename or delete removed the control that had focus: give it back to the prompt.
+  if (document.activeElement === document.body || !document.activeElement) returnFocusToPrompt();
+});
 
 // --- painting: linear in the answer's length, one DOM write per frame per answer ----------
 function queuePaint(watch) {
@@ -277,7 +373,7 @@ function paint() {
   }
   state.dirty.clear();
   if (stick) scrollToBottom();
-  else jumpBtn.hidden = false;
+  else if (!state.followBottom) jumpBtn.hidden = false;
 }
 
 function paintWatch(watch, article) {
@@ -290,6 +386,10 @@ function paintWatch(watch, article) {
 
 function articleFor(mid) {
   return document.getElementById(`msg-${mid}`);
+}
+
+function streamingArticles() {
+  return messagesEl.querySelectorAll('article.msg-assistant[data-status="streaming"]');
 }
 
 // --- scrolling ------------------------------------------------------------------------------
@@ -310,24 +410,38 @@ messagesEl.addEventListener("scroll", () => {
 
 // --- the composer -----------------------------------------------------------------------------
 function updateComposer() {
-  const streaming = Boolean(state.ownTurn);
+  // Any answer streaming in this conversation (asked here, in another tab, or before a
+  // reload) blocks the box: a second prompt would be answered without the first answer.
+  const streaming = streamingArticles().length > 0;
   const connected = state.ready;
   promptEl.disabled = streaming;
-  sendBtn.disabled = streaming || state.awaitingPrompt || !connected;
+  sendBtn.disabled = streaming || Boolean(state.awaiting) || !connected;
   stopBtn.hidden = !streaming;
+  messagesEl.setAttribute("aria-busy", String(streaming));
+  const offline = connectionEl.dataset.state === "offline";
   let reason = "";
-  if (streaming) reason = "Answering… press Stop (Esc) to interrupt.";
-  else if (state.awaitingPrompt) reason = "Sending…";
-  else if (!connected) reason = "Not connected — your message is kept and can be sent once reconnected.";
-  statusEl.textContent = reason;
+  if (streaming && !connected) {
+    reason = offline
+      ? "Offline. The answer goes on at the server and catches up when you are back online."
+      : "Connection lost, reconnecting. The answer goes on at the server and catches up.";
+  } else if (streaming) reason = "Answering… press Stop (Esc) to interrupt.";
+  else if (state.awaiting) reason = "Sending…";
+  else if (offline) reason = "You are offline. Your message is kept; send it when you are back online.";
+  else if (!connected) reason = "Connection lost, reconnecting… Your message is kept.";
+  if (statusEl.textContent !== reason) statusEl.textContent = reason;
 }
 
 function submitPrompt() {
   const text = promptEl.value;
-  if (!text.trim() || state.ownTurn || state.awaitingPrompt) return;
+  if (!text.trim()) return;
+  sendPrompt(text, true);
+}
+
+function sendPrompt(text, fromBox) {
+  if (streamingArticles().length || state.awaiting) return;
   const conversation = $("#conversation-id").value;
   if (send({ type: "prompt", conversation, text })) {
-    state.awaitingPrompt = true;
+    state.awaiting = { fromBox };
     state.followBottom = true;
     updateComposer();
   } else {
@@ -335,10 +449,20 @@ function submitPrompt() {
   }
 }
 
-function stopOwnTurn() {
-  const streaming = messagesEl.querySelector('article[data-status="streaming"]:last-of-type');
-  const mid = state.ownTurn || (streaming && streaming.dataset.mid);
-  if (mid) send({ type: "stop", mid });
+function stopAnswer() {
+  // The newest answer still streaming on this page, whichever tab asked for it.
+  const all = streamingArticles();
+  const article = all[all.length - 1];
+  if (article) send({ type: "stop", mid: article.dataset.mid });
+}
+
+function returnFocusToPrompt() {
+  // Focus goes back to the box after an action, unless the user has moved it somewhere else.
+  // Not on touch screens: focusing the box there opens the on-screen keyboard over the answer.
+  if (touchScreen) return;
+  const active = document.activeElement;
+  const idle = !active || active === document.body || composer.contains(active);
+  if (idle && !promptEl.disabled) promptEl.focus();
 }
 
 composer.addEventListener("submit", (event) => {
@@ -360,9 +484,14 @@ function autosize() {
 promptEl.addEventListener("input", autosize);
 
 document.addEventListener("keydown", (event) => {
-  if (event.key === "Escape" && state.ownTurn) {
-    event.preventDefault();
-    stopOwnTurn();
+  if (event.key === "Escape") {
+    if (document.body.classList.contains("drawer-open")) {
+      event.preventDefault();
+      setDrawer(false);
+    } else if (streamingArticles().length) {
+      event.preventDefault();
+      stopAnswer();
+    }
   } else if (event.key.toLowerCase() === "o" && event.shiftKey && (event.ctrlKey || event.metaKey)) {
     event.preventDefault();
     location.assign("/");
@@ -373,10 +502,11 @@ document.addEventListener("click", (event) => {
   const button = event.target.closest("[data-action]");
   if (!button) return;
   const action = button.dataset.action;
-  if (action === "stop") stopOwnTurn();
+  if (action === "stop") stopAnswer();
   else if (action === "jump") {
     state.followBottom = true;
     scrollToBottom();
+    returnFocusToPrompt(); // the button hid itself, which dropped the focus
   } else if (action === "retry") retry(button.closest("article"));
   else if (action === "copy") copyAnswer(button);
   else if (action === "copy-code") copyCode(button);
@@ -385,37 +515,44 @@ document.addEventListener("click", (event) => {
 });
 
 function retry(article) {
-  // Send the prompt that led to this answer again.
+  // Ask again with the prompt that led to this answer; the box keeps whatever is typed there.
   let prev = article && article.previousElementSibling;
   while (prev && !prev.classList.contains("msg-user")) prev = prev.previousElementSibling;
   if (!prev) return;
-  promptEl.value = $(".body", prev).textContent;
-  submitPrompt();
+  sendPrompt($(".body", prev).textContent, false);
 }
 
-async function copyText(text, button) {
+async function copyText(text, button, what) {
   try {
     await navigator.clipboard.writeText(text);
     flash(button, "Copied");
+    announce(`${what} copied to the clipboard.`);
   } catch {
     flash(button, "Copy failed");
+    announce(`Could not copy the ${what.toLowerCase()}: the browser did not allow it.`);
   }
 }
 
 function copyAnswer(button) {
+  // The answer's markdown source, as the model wrote it (not the rendered HTML's text).
   const source = $("template.source", button.closest("article"));
-  copyText(source ? source.content.textContent || source.innerHTML : "", button);
+  copyText(source ? source.content.textContent : "", button, "Answer");
 }
 
 function copyCode(button) {
   const code = $("code", button.closest(".codeblock"));
-  copyText(code ? code.textContent : "", button);
+  copyText(code ? code.textContent : "", button, "Code");
 }
 
 function flash(button, label) {
-  const old = button.textContent;
+  if (!button.dataset.label) button.dataset.label = button.textContent;
   button.textContent = label;
-  setTimeout(() => (button.textContent = old), 1500);
+  clearTimeout(Number(button.dataset.flashTimer));
+  button.dataset.flashTimer = String(
+    setTimeout(() => {
+      button.textContent = button.dataset.label;
+    }, FLASH_MS),
+  );
 }
 
 function enhance(root) {
@@ -425,23 +562,69 @@ function enhance(root) {
     button.type = "button";
     button.className = "copy-code";
     button.dataset.action = "copy-code";
+    const lang = block.dataset.lang;
+    // The accessible name starts with the visible text (WCAG 2.5.3), then says which code.
+    if (lang) button.setAttribute("aria-label", `Copy code: ${lang}`);
     button.textContent = "Copy code";
     block.prepend(button);
   }
 }
 
 function setDrawer(open) {
+  const opener = $(".open-drawer");
   document.body.classList.toggle("drawer-open", open);
-  $(".open-drawer")?.setAttribute("aria-expanded", String(open));
-  if (open) $("#sidebar a, #sidebar input")?.focus();
+  opener?.setAttribute("aria-expanded", String(open));
+  $("#scrim").hidden = !open;
+  // While the drawer is open the page behind it is out of reach (focus, taps, screen readers).
+  $("#main").inert = open;
+  if (open) $("#sidebar .close-drawer")?.focus();
+  else if (opener && opener.offsetParent !== null) opener.focus();
 }
 
-// --- alerts -----------------------------------------------------------------------------------
-function showAlert(message, retryAfter) {
+// --- the tier badge and the usage meter -----------------------------------------------------
+function showTier(frame) {
+  // The socket decides the tier from its own handshake, which may differ from the page's.
+  if (!frame.tier) return;
+  const badge = $("#tier-badge");
+  const info = $("#tier-info");
+  const words = tierBadge(frame);
+  if (badge) {
+    badge.dataset.tier = words.tier;
+    $(".label", badge).textContent = words.label;
+    badge.title = words.title;
+  }
+  if (info) {
+    const paragraphs = words.details.map((line) => {
+      const p = document.createElement("p");
+      p.textContent = line;
+      return p;
+    });
+    $(".details", info).replaceChildren(...paragraphs);
+  }
+  for (const el of document.querySelectorAll("[data-model-name]")) el.textContent = frame.model;
+}
+
+function spendTokens(usage) {
+  // The server counts prompt and answer tokens against the daily quota; keep the meter honest
+  // between page loads (the next page load shows the server's own count).
+  if (!usageEl || !usage) return;
+  const used = (Number(usage.prompt_tokens) || 0) + (Number(usage.completion_tokens) || 0);
+  const left = Math.max(0, (Number(usageEl.dataset.tokensLeft) || 0) - used);
+  usageEl.dataset.tokensLeft = String(left);
+  $(".text", usageEl).textContent = tokensLeftText(left);
+  const meter = $("meter", usageEl);
+  if (meter) meter.value = left;
+}
+
+// --- alerts and announcements -----------------------------------------------------------------
+function showAlert(message, retryAfter, code = "") {
   clearAlert();
   const p = document.createElement("p");
   p.className = "alert";
-  p.textContent = message;
+  if (code) p.dataset.code = code;
+  const text = document.createElement("span");
+  text.textContent = retryAfter ? withoutStaticRetryHint(message) : message;
+  p.append(text);
   if (retryAfter) {
     const count = document.createElement("span");
     count.className = "countdown";
@@ -449,12 +632,8 @@ function showAlert(message, retryAfter) {
     const until = Date.now() + retryAfter * 1000;
     const tick = () => {
       const left = Math.ceil((until - Date.now()) / 1000);
-      if (left <= 0) {
-        count.textContent = "You can send again now.";
-        clearInterval(state.countdownTimer);
-        return;
-      }
-      count.textContent = `(${formatSeconds(left)} left)`;
+      count.textContent = countdownText(left);
+      if (left <= 0) clearInterval(state.countdownTimer);
     };
     tick();
     state.countdownTimer = setInterval(tick, 1000);
@@ -463,7 +642,11 @@ function showAlert(message, retryAfter) {
   close.type = "button";
   close.className = "link dismiss";
   close.textContent = "Dismiss";
-  close.addEventListener("click", clearAlert);
+  close.setAttribute("aria-label", "Dismiss this message");
+  close.addEventListener("click", () => {
+    clearAlert();
+    returnFocusToPrompt();
+  });
   p.append(" ", close);
   alertsEl.append(p);
 }
@@ -473,15 +656,21 @@ function clearAlert() {
   alertsEl.replaceChildren();
 }
 
-function formatSeconds(s) {
-  if (s < 60) return `${s} s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m} min ${s % 60} s`;
-  return `${Math.floor(m / 60)} h ${m % 60} min`;
+function announce(text) {
+  // Short polite messages for what has no visible text of its own (e.g. "copied").
+  if (!announcer || !text) return;
+  announcer.textContent = "";
+  requestAnimationFrame(() => {
+    announcer.textContent = text;
+  });
 }
 
 // --- start ------------------------------------------------------------------------------------
+for (const article of streamingArticles()) watchFor(article.dataset.mid);
 enhance(document);
 autosize();
 scrollToBottom();
+markCurrentConversation();
+updateComposer();
+if (!touchScreen) promptEl.focus(); // on a phone it would open the keyboard over the page
 connect();

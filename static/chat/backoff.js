@@ -1,0 +1,26 @@
+// When the chat socket tries again after it dropped: exponential backoff with full jitter.
+//
+// Pure logic (no DOM, no timers): stream.js asks it how long to wait before reconnect attempt n.
+
+/** The first retry waits up to this long. */
+export const BACKOFF_BASE_MS = 400;
+/** No retry waits longer than this, however many attempts failed. */
+export const BACKOFF_MAX_MS = 15000;
+
+/**
+ * How long to wait before reconnect attempt `attempt` (0 for the first retry).
+ *
+ * Full jitter (a uniform pick in [0, cap)) rather than a fixed delay, so that when a server
+ * restarts, its thousands of tabs do not all come back in the same millisecond.
+ *
+ * @param {number} attempt how many attempts already failed in a row (0, 1, 2, …)
+ * @param {{base?: number, max?: number, random?: () => number}} [options] `random` returns a
+ *   float in [0, 1) (Math.random by default; tests pass a fixed one)
+ * @returns {number} milliseconds, in [0, min(max, base · 2^attempt))
+ */
+export function reconnectDelay(attempt, { base = BACKOFF_BASE_MS, max = BACKOFF_MAX_MS, random = Math.random } = {}) {
+  const n = Number.isFinite(attempt) && attempt > 0 ? Math.floor(attempt) : 0;
+  // 2 ** 60 is still finite, but cap the exponent so the arithmetic never needs to care.
+  const cap = Math.min(max, base * 2 ** Math.min(n, 30));
+  return Math.floor(random() * cap);
+}

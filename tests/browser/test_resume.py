@@ -1,0 +1,126 @@
+"""No answer is lost to the network: offline mid-answer, a reload mid-answer, a second tab."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Locator, Page, WebSocket, expect
+
+from tests.browser.browsing import (
+    long_text,
+    open_chat,
+    send,
+    signed_in_context,
+    source_text,
+    streamed_text,
+    wait_for_answer,
+    watch_for_errors,
+)
+from tests.servers import running_chatsite
+
+pytestmark = pytest.mark.browser
+
+TOKENS = 400  # about 4 s at 100 tokens/s: long enough to break the connection in the middle
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with running_chatsite(DEMO_TOKENS_PER_SECOND="100", DEMO_TTFB_MS="0") as base:
+        yield base
+
+
+def wait_for_some_text(page: Page, answer_index: int = 0, chars: int = 40) -> None:
+    page.wait_for_function(
+        """([i, chars]) => {
+            const a = document.querySelectorAll('article.msg-assistant')[i];
+            return a && a.querySelector('.body').textContent.length > chars;
+        }""",
+        arg=[answer_index, chars],
+    )
+
+
+def assert_shown_exactly_once(page: Page, answer: Locator) -> None:
+    """The answer completed, and while it streamed it showed every character once, in order."""
+    expect(answer).to_have_attribute("data-status", "complete", timeout=20_000)
+    whole = long_text(TOKENS)
+    assert source_text(answer) == whole  # the server saved all of it
+    mid = answer.get_attribute("data-mid") or ""
+    # The streamed text, just before the final HTML replaced it: no gap, no repeat.
+    assert streamed_text(page, mid) == whole
+
+
+def test_an_answer_survives_going_offline_and_back_mid_stream(
+    browser: Browser, server: str
+) -> None:
+    context = signed_in_context(browser, server)
+    page = context.new_page()
+    sockets: list[WebSocket] = []
+    page.on("websocket", lambda ws: sockets.append(ws))
+    errors = watch_for_errors(page)
+    page.goto("/")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+
+    send(page, f"/long {TOKENS}")
+    answer = wait_for_answer(page, 1)
+    wait_for_some_text(page)
+    context.set_offline(True)
+    expect(page.locator("#connection")).to_have_attribute("data-state", "offline")
+    expect(page.locator("#connection")).to_contain_text("Offline")
+    shown = answer.locator(".body").evaluate("b => b.textContent.length")
+    time.sleep(0.8)  # the turn goes on without us meanwhile
+    context.set_offline(False)
+
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    # The answer was still streaming when we came back: the rest came by `resume` on a new
+    # socket, not as the final HTML alone.
+    assert len(sockets) >= 2
+    page.wait_for_function(
+        "([el, n]) => el.dataset.status !== 'streaming'"
+        " || el.querySelector('.body').textContent.length > n",
+        arg=[answer.element_handle(), shown],
+    )
+    assert_shown_exactly_once(page, answer)
+    assert errors == []
+    context.close()
+
+
+def test_an_answer_survives_a_reload_mid_stream(browser: Browser, server: str) -> None:
+    context = signed_in_context(browser, server)
+    page = open_chat(context)
+    errors = watch_for_errors(page)
+    send(page, f"/long {TOKENS}")
+    wait_for_answer(page, 1)
+    wait_for_some_text(page)
+
+    page.reload()
+    answer = wait_for_answer(page, 1)
+    # The reloaded page shows the answer still streaming and follows it to the end.
+    expect(answer).to_have_attribute("data-status", "streaming")
+    expect(page.locator("#stop")).to_be_visible()
+    assert_shown_exactly_once(page, answer)
+    assert errors == []
+    context.close()
+
+
+def test_a_second_tab_on_the_conversation_sees_the_answer_live(
+    browser: Browser, server: str
+) -> None:
+    context = signed_in_context(browser, server)
+    first = open_chat(context)
+    send(first, "/echo start")
+    expect(wait_for_answer(first, 1)).to_have_attribute("data-status", "complete")
+    second = open_chat(context, first.url)
+    errors = watch_for_errors(second)
+
+    send(first, f"/long {TOKENS}")
+    # The other tab gets the new exchange and streams the answer as it is written.
+    answer = wait_for_answer(second, 2)
+    expect(second.locator("article.msg-user").nth(1)).to_have_text(f"/long {TOKENS}")
+    wait_for_some_text(second, answer_index=1)
+    expect(answer).to_have_attribute("data-status", "streaming")
+    assert_shown_exactly_once(second, answer)
+    assert_shown_exactly_once(first, wait_for_answer(first, 2))
+    assert errors == []
+    context.close()

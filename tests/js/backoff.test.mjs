@@ -1,0 +1,49 @@
+// Tests for static/chat/backoff.js: reconnect delays grow exponentially, stay capped, and jitter.
+//
+// Run with `node --test tests/js/` (node 20, no npm packages).
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+
+import { BACKOFF_BASE_MS, BACKOFF_MAX_MS, reconnectDelay } from "../../static/chat/backoff.js";
+
+const almostOne = () => 0.999999;
+
+describe("reconnectDelay", () => {
+  test("it waits at most the base delay before the first retry", () => {
+    assert.ok(reconnectDelay(0, { random: almostOne }) < BACKOFF_BASE_MS);
+    assert.ok(reconnectDelay(0, { random: almostOne }) >= BACKOFF_BASE_MS - 1);
+  });
+
+  test("it doubles the longest possible wait with each failed attempt", () => {
+    const longest = (n) => reconnectDelay(n, { base: 100, max: 1e9, random: almostOne });
+    assert.deepEqual([0, 1, 2, 3, 4].map(longest), [99, 199, 399, 799, 1599]);
+  });
+
+  test("it never waits longer than the cap, however many attempts failed", () => {
+    for (const n of [10, 20, 50, 1000, Number.MAX_SAFE_INTEGER, Infinity]) {
+      const delay = reconnectDelay(n, { random: almostOne });
+      assert.ok(delay < BACKOFF_MAX_MS, `attempt ${n} waits ${delay}`);
+      assert.ok(Number.isFinite(delay));
+    }
+  });
+
+  test("it spreads the waits uniformly below the cap (full jitter)", () => {
+    assert.equal(reconnectDelay(3, { base: 100, max: 1e9, random: () => 0 }), 0);
+    assert.equal(reconnectDelay(3, { base: 100, max: 1e9, random: () => 0.5 }), 400);
+  });
+
+  test("it treats a nonsense attempt count as the first attempt", () => {
+    for (const n of [-1, NaN, undefined, "x"]) {
+      assert.equal(reconnectDelay(n, { base: 100, random: () => 0.5 }), 50);
+    }
+  });
+
+  test("it uses Math.random by default and stays in range", () => {
+    for (let i = 0; i < 1000; i++) {
+      const delay = reconnectDelay(2);
+      assert.ok(delay >= 0 && delay < BACKOFF_BASE_MS * 4);
+      assert.ok(Number.isInteger(delay));
+    }
+  });
+});

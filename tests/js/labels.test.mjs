@@ -1,0 +1,81 @@
+// Tests for static/chat/labels.js: the words the page shows for countdowns, alerts and tiers.
+//
+// Run with `node --test tests/js/` (node 20, no npm packages).
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+
+import {
+  countdownText,
+  formatSeconds,
+  tierBadge,
+  tokensLeftText,
+  withoutStaticRetryHint,
+} from "../../static/chat/labels.js";
+
+describe("formatSeconds", () => {
+  test("it says seconds, minutes and hours the short way", () => {
+    assert.equal(formatSeconds(0), "0 s");
+    assert.equal(formatSeconds(59), "59 s");
+    assert.equal(formatSeconds(60), "1 min");
+    assert.equal(formatSeconds(125), "2 min 5 s");
+    assert.equal(formatSeconds(3600), "1 h");
+    assert.equal(formatSeconds(3 * 3600 + 20 * 60 + 7), "3 h 20 min");
+  });
+
+  test("it rounds a fraction up and never goes negative", () => {
+    assert.equal(formatSeconds(0.2), "1 s");
+    assert.equal(formatSeconds(-5), "0 s");
+    assert.equal(formatSeconds(NaN), "0 s");
+  });
+});
+
+describe("countdownText", () => {
+  test("it counts down, then says the user can send", () => {
+    assert.equal(countdownText(42), "You can send again in 42 s.");
+    assert.equal(countdownText(0), "You can send again now.");
+    assert.equal(countdownText(-3), "You can send again now.");
+  });
+});
+
+describe("withoutStaticRetryHint", () => {
+  test("it drops the server's fixed 'Try again in …' sentence that the countdown replaces", () => {
+    assert.equal(
+      withoutStaticRetryHint("You can send 1 message per minute. Try again in 59 s."),
+      "You can send 1 message per minute.",
+    );
+  });
+
+  test("it keeps a message without such a sentence, and never empties one", () => {
+    const quota = "You have used today's 1,000 tokens. The quota resets at 00:00 UTC (in 3 h).";
+    assert.equal(withoutStaticRetryHint(quota), quota);
+    assert.equal(withoutStaticRetryHint("Try again in 5 s."), "Try again in 5 s.");
+    assert.equal(withoutStaticRetryHint(undefined), "");
+  });
+});
+
+describe("tierBadge", () => {
+  test("it names the tier and the model, and says why on hover", () => {
+    const words = tierBadge({ tier: "lite", model: "demo-lite", device: "phone", reason: "phone" });
+    assert.equal(words.tier, "lite");
+    assert.equal(words.label, "Lite model · demo-lite");
+    assert.equal(words.title, "Lite model · demo-lite — Why: phone.");
+    assert.ok(words.details.includes("Detected device: phone."));
+  });
+
+  test("it falls back to the full tier and leaves out what it was not told", () => {
+    const words = tierBadge({ tier: "something-new" });
+    assert.equal(words.tier, "full");
+    assert.equal(words.label, "Full model");
+    assert.equal(words.title, "Full model");
+    assert.ok(words.details.every((line) => !line.includes("undefined")));
+  });
+});
+
+describe("tokensLeftText", () => {
+  test("it groups thousands and says token or tokens", () => {
+    assert.equal(tokensLeftText(199903), "199,903 tokens left today");
+    assert.equal(tokensLeftText(1), "1 token left today");
+    assert.equal(tokensLeftText(-20), "0 tokens left today");
+  });
+});
