@@ -25,6 +25,7 @@ def done(
     completion_tokens: int,
     *,
     error: str = "",
+    tokens_left: int | None = None,
 ) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "type": "done",
@@ -35,6 +36,8 @@ def done(
     }
     if error:
         payload["error"] = error
+    if tokens_left is not None:
+        payload["tokens_left"] = tokens_left  # today's quota left, for the usage meter
     return payload
 
 

@@ -19,8 +19,9 @@ from typing import Any, Protocol
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from chat import frames, services
+from chat import frames, metrics, services
 from chat.control import get_control
+from chat.logging import bind_turn
 from chat.models import Message
 from chat.streamlog import get_stream_log
 from chat.upstream import Delta, Finish, UpstreamError, Usage, get_client
@@ -87,6 +88,7 @@ class Turn:
         self._usage: Usage | None = None
         self._finish_reason = ""
         self._ttft_ms: int | None = None
+        self._started = 0.0
         self._log = get_stream_log()
 
     # --- watchers -----------------------------------------------------------------------
@@ -118,7 +120,10 @@ class Turn:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        started = loop.time()
+        started = self._started = loop.time()
+        # Every log line of this task (and of the tasks and threads it starts) names the turn.
+        bind_turn(self.mid, conversation=self.conversation_id, user=self.user_id)
+        metrics.turn_started(self.tier)
         heartbeat = loop.create_task(self._heartbeat(), name=f"heartbeat {self.mid}")
         status, error = Message.Status.COMPLETE, ""
         try:
@@ -149,6 +154,7 @@ class Turn:
                 status, error = Message.Status.FAILED, services.INTERRUPTED
         except UpstreamError as exc:
             status, error = Message.Status.FAILED, exc.message
+            metrics.upstream_error(exc.kind)
             log.warning("turn %s upstream %s: %s", self.mid, exc.kind, exc.message)
         except Exception:
             log.exception("turn %s failed", self.mid)
@@ -210,6 +216,15 @@ class Turn:
         if usage is None:
             prompt_chars = sum(len(m["content"]) for m in self.messages)
             usage = Usage(estimate_tokens("x" * prompt_chars), estimate_tokens(text), True)
+        metrics.turn_finished(
+            tier=self.tier,
+            status=status,
+            ttft_ms=self._ttft_ms,
+            prompt=usage.prompt_tokens,
+            completion=usage.completion_tokens,
+            chunk_count=len(self.chunks),
+            seconds=asyncio.get_running_loop().time() - self._started,
+        )
         message: Message | None = None
         try:
             message = await database_sync_to_async(services.do_finish_message)(
@@ -226,6 +241,7 @@ class Turn:
         except Exception:
             # The lease runs out and the message is marked failed with its last checkpoint.
             log.exception("turn %s could not save its answer", self.mid)
+        tokens_left = await self._settle_limits(status, usage)
         done = frames.done(
             self.mid,
             len(self.chunks),
@@ -233,6 +249,7 @@ class Turn:
             usage.prompt_tokens,
             usage.completion_tokens,
             error=error,
+            tokens_left=tokens_left,
         )
         final: list[str] = []
         if message is not None:
@@ -243,7 +260,7 @@ class Turn:
             for frame in final:
                 watcher.push(frame)
         self.watchers.clear()
-        await self._settle(status, usage)
+        await self._record_usage(status, usage)
         try:
             await self._log.finish(self.mid, done)
         except Exception:
@@ -251,25 +268,43 @@ class Turn:
         if self.on_end is not None:
             self.on_end(self)
 
-    async def _settle(self, status: str, usage: Usage) -> None:
-        used = usage.prompt_tokens + usage.completion_tokens
+    def _charged(self, status: str, usage: Usage) -> int:
         if status == Message.Status.FAILED and not self.chunks:
-            used = 0  # nothing delivered: refund the whole reservation
-        try:
-            if self.admission is not None:
-                await self.admission.settle(used or None)
-            if used:
-                from chat.usage import record_usage
+            return 0  # nothing delivered: refund the whole reservation
+        return usage.prompt_tokens + usage.completion_tokens
 
-                await record_usage(
-                    self.user_id,
-                    model=self.model,
-                    tier=self.tier,
-                    prompt_tokens=usage.prompt_tokens if used else 0,
-                    completion_tokens=usage.completion_tokens if used else 0,
-                )
+    async def _settle_limits(self, status: str, usage: Usage) -> int | None:
+        """Reconcile the token reservation; return today's tokens left (None: no quota)."""
+        if self.admission is None:
+            return None
+        try:
+            await self.admission.settle(self._charged(status, usage) or None)
+            limits = getattr(self.admission, "limits", None)
+            if limits is None or not limits.daily_tokens:
+                return None
+            from chat.ratelimit import get_limiter
+
+            used, quota = await get_limiter().tokens_today(self.user_id)
+            return max(0, quota - used)
         except Exception:
-            log.exception("turn %s could not settle its usage", self.mid)
+            log.exception("turn %s could not settle its limits", self.mid)
+            return None
+
+    async def _record_usage(self, status: str, usage: Usage) -> None:
+        if not self._charged(status, usage):
+            return
+        from chat.usage import record_usage
+
+        try:
+            await record_usage(
+                self.user_id,
+                model=self.model,
+                tier=self.tier,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+            )
+        except Exception:
+            log.exception("turn %s could not record its usage", self.mid)
 
 
 class TurnRegistry:

@@ -178,3 +178,14 @@ def test_http_posts_over_the_limit_get_429_with_retry_after(
     assert "2 messages per minute" in limited.content.decode() or "per minute" in (
         limited.content.decode()
     )
+
+
+async def test_done_tells_the_usage_meter_how_many_tokens_are_left(
+    connect: Any, owner: Any, settings: Any, backend: str
+) -> None:
+    settings.CHAT_DAILY_TOKENS = 10_000
+    comm = await connect(owner)
+    await comm.send_to(text_data=prompt("/echo count me"))
+    done = (await receive_until_done(comm))["done"]
+    spent = done["usage"]["prompt_tokens"] + done["usage"]["completion_tokens"]
+    assert done["tokens_left"] == 10_000 - spent
