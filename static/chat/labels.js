@@ -71,3 +71,23 @@ export function tokensLeftText(tokens) {
   const n = Math.max(0, Math.floor(Number(tokens) || 0));
   return `${n.toLocaleString("en-US")} ${n === 1 ? "token" : "tokens"} left today`;
 }
+
+/**
+ * Today's tokens left after an answer's `done` frame, for the usage meter.
+ *
+ * The server's own count (`tokens_left`, sent when the user has a daily quota) wins: it
+ * includes what other tabs and devices spent. Without it the meter estimates, taking the
+ * answer's usage off what it showed (`shown`).
+ * @param {{tokens_left?: number, usage?: {prompt_tokens?: number, completion_tokens?: number}}} done
+ * @param {number} shown what the meter shows now
+ * @returns {number}
+ */
+export function tokensLeftAfter(done, shown) {
+  const exact = done?.tokens_left;
+  if (typeof exact === "number" && Number.isFinite(exact)) {
+    return Math.max(0, Math.floor(exact));
+  }
+  const usage = done?.usage || {};
+  const used = (Number(usage.prompt_tokens) || 0) + (Number(usage.completion_tokens) || 0);
+  return Math.max(0, (Number(shown) || 0) - used);
+}

@@ -2,7 +2,13 @@
 // Ordering logic lives in reorder.js, reconnect timing in backoff.js and the words the page
 // shows in labels.js (all pure); this file does the socket and the page.
 import { BACKOFF_MAX_MS, reconnectDelay } from "./backoff.js";
-import { countdownText, tierBadge, tokensLeftText, withoutStaticRetryHint } from "./labels.js";
+import {
+  countdownText,
+  tierBadge,
+  tokensLeftAfter,
+  tokensLeftText,
+  withoutStaticRetryHint,
+} from "./labels.js";
 import { ReorderBuffer } from "./reorder.js";
 
 const GAP_RESUME_MS = 500; // a gap open this long is asked for again with `resume`
@@ -21,6 +27,7 @@ const connectionEl = $("#connection");
 const jumpBtn = $("#jump");
 const announcer = $("#announcer");
 const usageEl = $("#usage-meter");
+const editingEl = $("#editing");
 const touchScreen = matchMedia("(pointer: coarse)").matches;
 
 /** One answer this tab shows while it streams. */
@@ -41,9 +48,14 @@ const state = {
   watches: new Map(), // mid -> Watch
   paintQueued: false,
   dirty: new Set(),
-  // A prompt was sent and neither accepted nor refused yet; `fromBox` says whether it is the
-  // text in the prompt box (cleared once accepted) or a retry of an earlier prompt.
+  // A turn was asked for and neither accepted nor refused yet: `fromBox` says whether it is
+  // the text in the prompt box (cleared once accepted), `edit` the edit it saves, `mid` the
+  // answer a regeneration asks again (its refusal names that mid).
   awaiting: null,
+  // Editing an earlier prompt: its mid, and the draft the box held before (given back after).
+  editing: null,
+  // A version switch on its way: which message, and where it was on screen.
+  switching: null,
   started: new Set(), // mids whose turn started while this page was open (for the usage meter)
   countdownTimer: 0,
   followBottom: true,
@@ -166,8 +178,10 @@ function onFrame(data) {
   // Text released but not painted yet goes on the page before an HTML frame may replace its
   // answer, so what the answer showed while streaming is always everything released.
   if (state.dirty.size) paint();
+  const arrows = versionArrowsOfStreamingAnswers();
   // HTML frames carry hx-swap-oob fragments: htmx's swap engine places them.
   window.htmx.swap(document.body, data, { swapStyle: "none" });
+  keepVersionArrows(arrows);
   afterHtml();
 }
 
@@ -242,14 +256,16 @@ function onDone(frame) {
     article.dataset.status = frame.status;
     $(".body", article)?.setAttribute("aria-busy", "false");
   }
-  if (state.started.delete(frame.mid)) spendTokens(frame.usage);
+  const ours = state.started.delete(frame.mid);
+  if (ours || typeof frame.tokens_left === "number") showTokensLeft(frame);
   updateComposer();
   returnFocusToPrompt();
 }
 
 function onError(frame) {
-  if (state.awaiting && !frame.mid) {
-    // A refused prompt: nothing the user typed is lost, it stays in the box to send again.
+  if (state.awaiting && (!frame.mid || frame.mid === state.awaiting.mid)) {
+    // A refused prompt, edit or regeneration: nothing the user typed is lost, it stays in the
+    // box (still in edit mode for an edit) to send again.
     state.awaiting = null;
   }
   showAlert(frame.message || "Something went wrong.", frame.retry_after, frame.code);
@@ -291,9 +307,13 @@ function afterHtml() {
     if (article.dataset.watch) {
       send({ type: "resume", mid, after: -1 }); // another tab's answer: follow it
     } else if (state.awaiting) {
+      // Not marked for watchers, and this tab asked: the shell is our own turn, whether it
+      // was appended or came in a whole new thread (an edit or a regeneration).
       accepted = true;
-      // Our prompt was accepted: the box can be cleared now (unless this was a retry).
-      if (state.awaiting.fromBox) {
+      if (state.awaiting.edit) {
+        // The edit was saved: the box gets back the draft it held before editing began.
+        leaveEditMode(state.awaiting.edit.draft);
+      } else if (state.awaiting.fromBox) {
         promptEl.value = "";
         autosize();
       }
@@ -301,7 +321,18 @@ function afterHtml() {
       clearAlert();
     }
   }
+  for (const article of messagesEl.querySelectorAll(
+    'article.msg-assistant[data-watch]:not([data-status="streaming"])',
+  )) {
+    // Another tab's answer that finished before this tab heard of it comes as an empty shell
+    // (the server renders it without its HTML): `resume` of a finished answer sends the final.
+    article.removeAttribute("data-watch");
+    if (!$(".body", article).childNodes.length) {
+      send({ type: "resume", mid: article.dataset.mid, after: -1 });
+    }
+  }
   if (accepted || conv) markCurrentConversation({ moveToTop: accepted });
+  if (state.editing) markEdited(state.editing.mid); // another tab's thread swap re-rendered it
   enhance(messagesEl);
   updateComposer();
   if (state.followBottom) scrollToBottom();
@@ -418,6 +449,7 @@ function updateComposer() {
   sendBtn.disabled = streaming || Boolean(state.awaiting) || !connected;
   stopBtn.hidden = !streaming;
   messagesEl.setAttribute("aria-busy", String(streaming));
+  messagesEl.classList.toggle("is-streaming", streaming); // chat.css hides edit and switch
   const offline = connectionEl.dataset.state === "offline";
   let reason = "";
   if (streaming && !connected) {
@@ -434,19 +466,174 @@ function updateComposer() {
 function submitPrompt() {
   const text = promptEl.value;
   if (!text.trim()) return;
-  sendPrompt(text, true);
+  if (streamingArticles().length || state.awaiting) return;
+  const frame = { type: "prompt", conversation: $("#conversation-id").value, text };
+  const edit = state.editing ? { ...state.editing } : null;
+  if (edit) frame.replaces = edit.mid; // a new version of that prompt; the thread goes on from it
+  ask(frame, { fromBox: true, edit });
 }
 
-function sendPrompt(text, fromBox) {
-  if (streamingArticles().length || state.awaiting) return;
-  const conversation = $("#conversation-id").value;
-  if (send({ type: "prompt", conversation, text })) {
-    state.awaiting = { fromBox };
+function ask(frame, awaiting) {
+  // Send a frame that starts a turn; the tab waits for its shell (or its refusal).
+  if (send(frame)) {
+    state.awaiting = { mid: frame.type === "regenerate" ? frame.mid : undefined, ...awaiting };
     state.followBottom = true;
     updateComposer();
   } else {
     showAlert("Not connected right now. Your message is kept; send it again once reconnected.");
   }
+}
+
+function regenerate(article) {
+  // A new version of this answer: the same prompt asked again. Retry on a failed answer does
+  // the same, so a retry adds a version instead of repeating the prompt in the thread.
+  if (!article || streamingArticles().length || state.awaiting) return;
+  ask({ type: "regenerate", mid: article.dataset.mid }, { fromBox: false });
+}
+
+// --- editing an earlier prompt ----------------------------------------------------------------
+function startEdit(article) {
+  if (!article || streamingArticles().length || state.awaiting) return;
+  const text = $(".body", article).textContent;
+  // Editing another message while editing keeps the draft from before the first edit.
+  const draft = state.editing ? state.editing.draft : promptEl.value;
+  markEdited(article.dataset.mid);
+  state.editing = { mid: article.dataset.mid, draft };
+  editingEl.hidden = false;
+  sendBtn.textContent = "Save & send";
+  promptEl.setAttribute("aria-describedby", "editing-note composer-status composer-keys");
+  promptEl.value = text;
+  autosize();
+  promptEl.focus();
+  promptEl.setSelectionRange(text.length, text.length);
+}
+
+function leaveEditMode(draft) {
+  // Back to a plain prompt box holding `draft` (what was typed before editing began).
+  if (!state.editing) return;
+  state.editing = null;
+  markEdited("");
+  editingEl.hidden = true;
+  sendBtn.textContent = "Send";
+  promptEl.setAttribute("aria-describedby", "composer-status composer-keys");
+  promptEl.value = draft;
+  autosize();
+}
+
+function cancelEdit() {
+  if (!state.editing || state.awaiting) return;
+  leaveEditMode(state.editing.draft);
+  if (!promptEl.disabled) promptEl.focus();
+}
+
+function markEdited(mid) {
+  for (const el of messagesEl.querySelectorAll(".is-editing")) el.classList.remove("is-editing");
+  if (mid) articleFor(mid)?.classList.add("is-editing");
+}
+
+// --- versions: the "‹ 2 / 3 ›" arrows ---------------------------------------------------------
+function versionArrowsOfStreamingAnswers() {
+  // The final HTML of an answer is rendered without its thread, so it has no arrows: the
+  // ones its streaming shell had (from a thread swap or the page) are kept.
+  const kept = [];
+  for (const article of streamingArticles()) {
+    const arrows = $(".versions", article);
+    if (arrows) kept.push({ article, arrows: arrows.cloneNode(true) });
+  }
+  return kept;
+}
+
+function keepVersionArrows(kept) {
+  for (const { article, arrows } of kept) {
+    const now = articleFor(article.dataset.mid);
+    if (!now || now === article || $(".versions", now)) continue;
+    const footer = $(".msg-footer", now);
+    if (!footer) continue;
+    footer.prepend(arrows);
+    window.htmx.process(arrows); // a clone carries none of htmx's wiring
+  }
+}
+
+document.body.addEventListener("htmx:beforeRequest", (event) => {
+  const button = event.detail.elt;
+  if (!button?.matches?.(".versions button")) return;
+  const article = button.closest("article");
+  // Where the message was on screen, so the switched one stays in the same place.
+  state.switching = {
+    mid: button.dataset.versionMid,
+    next: button.classList.contains("version-next"),
+    top: article.getBoundingClientRect().top,
+  };
+});
+
+document.body.addEventListener("htmx:beforeSwap", (event) => {
+  // The whole thread is about to change under a polite live region: busy, so that a screen
+  // reader does not read it all out as new; `announce` says in a few words what changed.
+  if (event.detail.target === messagesEl && state.switching) {
+    messagesEl.setAttribute("aria-busy", "true");
+  }
+});
+
+document.body.addEventListener("htmx:afterSwap", (event) => {
+  if (event.detail.target !== messagesEl || !state.switching) return;
+  const { mid, next, top } = state.switching;
+  state.switching = null;
+  afterThreadSwap();
+  messagesEl.setAttribute("aria-busy", "true");
+  requestAnimationFrame(() => requestAnimationFrame(updateComposer));
+  const article = articleFor(mid);
+  if (!article) return;
+  const label = $(".versions", article)?.getAttribute("aria-label");
+  if (label) announce(`Showing ${label.toLowerCase()}.`);
+  messagesEl.scrollTop += article.getBoundingClientRect().top - top;
+  state.followBottom = isNearBottom();
+  jumpBtn.hidden = true;
+  // Focus stays on the arrows of the message just switched (the same one when it can go on),
+  // so the keyboard can keep stepping through versions.
+  const same = $(next ? ".version-next" : ".version-prev", article);
+  const other = $(next ? ".version-prev" : ".version-next", article);
+  const target = same && !same.disabled ? same : other && !other.disabled ? other : article;
+  if (target === article) article.tabIndex = -1;
+  target.focus({ preventScroll: true });
+});
+
+document.body.addEventListener("htmx:responseError", (event) => {
+  if (!state.switching) return;
+  state.switching = null;
+  const notFound = event.detail.xhr?.status === 404;
+  showAlert(
+    notFound
+      ? "That version no longer exists. Reload the page to see the conversation as it is."
+      : "That version could not be shown. Try again in a moment.",
+  );
+});
+
+document.body.addEventListener("htmx:sendError", () => {
+  if (!state.switching) return;
+  state.switching = null;
+  showAlert("Not connected right now. Try switching versions again once reconnected.");
+});
+
+function afterThreadSwap() {
+  // A switched-to branch may hold an answer still streaming (asked in another tab). Its shell
+  // comes empty, so it is followed from its first chunk, even if this tab followed it before.
+  for (const article of streamingArticles()) {
+    const mid = article.dataset.mid;
+    const old = state.watches.get(mid);
+    if (old) {
+      clearTimeout(old.gapTimer);
+      state.dirty.delete(old);
+      state.watches.delete(mid);
+    }
+    watchFor(mid);
+    send({ type: "resume", mid, after: -1 });
+  }
+  if (state.editing) markEdited(state.editing.mid);
+  // htmx wires new content when it settles (a moment later); the arrows get focus now and
+  // must work at once, so wire them now (processing twice is a no-op).
+  window.htmx.process(messagesEl);
+  enhance(messagesEl);
+  updateComposer();
 }
 
 function stopAnswer() {
@@ -491,6 +678,9 @@ document.addEventListener("keydown", (event) => {
     } else if (streamingArticles().length) {
       event.preventDefault();
       stopAnswer();
+    } else if (state.editing) {
+      event.preventDefault();
+      cancelEdit();
     }
   } else if (event.key.toLowerCase() === "o" && event.shiftKey && (event.ctrlKey || event.metaKey)) {
     event.preventDefault();
@@ -507,20 +697,14 @@ document.addEventListener("click", (event) => {
     state.followBottom = true;
     scrollToBottom();
     returnFocusToPrompt(); // the button hid itself, which dropped the focus
-  } else if (action === "retry") retry(button.closest("article"));
+  } else if (action === "retry" || action === "regenerate") regenerate(button.closest("article"));
+  else if (action === "edit") startEdit(button.closest("article"));
+  else if (action === "cancel-edit") cancelEdit();
   else if (action === "copy") copyAnswer(button);
   else if (action === "copy-code") copyCode(button);
   else if (action === "open-drawer") setDrawer(true);
   else if (action === "close-drawer") setDrawer(false);
 });
-
-function retry(article) {
-  // Ask again with the prompt that led to this answer; the box keeps whatever is typed there.
-  let prev = article && article.previousElementSibling;
-  while (prev && !prev.classList.contains("msg-user")) prev = prev.previousElementSibling;
-  if (!prev) return;
-  sendPrompt($(".body", prev).textContent, false);
-}
 
 async function copyText(text, button, what) {
   try {
@@ -604,12 +788,11 @@ function showTier(frame) {
   for (const el of document.querySelectorAll("[data-model-name]")) el.textContent = frame.model;
 }
 
-function spendTokens(usage) {
-  // The server counts prompt and answer tokens against the daily quota; keep the meter honest
-  // between page loads (the next page load shows the server's own count).
-  if (!usageEl || !usage) return;
-  const used = (Number(usage.prompt_tokens) || 0) + (Number(usage.completion_tokens) || 0);
-  const left = Math.max(0, (Number(usageEl.dataset.tokensLeft) || 0) - used);
+function showTokensLeft(done) {
+  // The done frame carries the server's count of today's tokens left (with a daily quota);
+  // without it the meter takes the answer's usage off what it showed.
+  if (!usageEl) return;
+  const left = tokensLeftAfter(done, Number(usageEl.dataset.tokensLeft) || 0);
   usageEl.dataset.tokensLeft = String(left);
   $(".text", usageEl).textContent = tokensLeftText(left);
   const meter = $("meter", usageEl);

@@ -117,7 +117,7 @@ def test_a_second_tab_on_the_conversation_sees_the_answer_live(
     send(first, f"/long {TOKENS}")
     # The other tab gets the new exchange and streams the answer as it is written.
     answer = wait_for_answer(second, 2)
-    expect(second.locator("article.msg-user").nth(1)).to_have_text(f"/long {TOKENS}")
+    expect(second.locator("article.msg-user .body").nth(1)).to_have_text(f"/long {TOKENS}")
     wait_for_some_text(second, answer_index=1)
     expect(answer).to_have_attribute("data-status", "streaming")
     assert_shown_exactly_once(second, answer)

@@ -9,6 +9,7 @@ import {
   countdownText,
   formatSeconds,
   tierBadge,
+  tokensLeftAfter,
   tokensLeftText,
   withoutStaticRetryHint,
 } from "../../static/chat/labels.js";
@@ -77,5 +78,22 @@ describe("tokensLeftText", () => {
     assert.equal(tokensLeftText(199903), "199,903 tokens left today");
     assert.equal(tokensLeftText(1), "1 token left today");
     assert.equal(tokensLeftText(-20), "0 tokens left today");
+  });
+});
+
+describe("tokensLeftAfter", () => {
+  const usage = { prompt_tokens: 30, completion_tokens: 12 };
+
+  test("it shows the server's exact count when the done frame carries one", () => {
+    // The server's count includes other tabs' answers, so it can differ from the estimate.
+    assert.equal(tokensLeftAfter({ usage, tokens_left: 49_000 }, 50_000), 49_000);
+    assert.equal(tokensLeftAfter({ usage, tokens_left: 0 }, 50_000), 0);
+  });
+
+  test("it estimates from the answer's usage when the server sends no count", () => {
+    assert.equal(tokensLeftAfter({ usage }, 50_000), 49_958);
+    assert.equal(tokensLeftAfter({ usage, tokens_left: null }, 50_000), 49_958);
+    assert.equal(tokensLeftAfter({ usage }, 10), 0);
+    assert.equal(tokensLeftAfter({}, 500), 500);
   });
 });
