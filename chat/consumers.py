@@ -7,13 +7,15 @@ import contextlib
 import json
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from redis.exceptions import RedisError
 
-from chat import frames, services
+from chat import frames, metrics, services, shutdown
 from chat.models import Message
 from chat.startup import ensure_started
 from chat.streamlog import Chunk, StreamLogUnavailable, get_stream_log
@@ -23,10 +25,49 @@ log = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_TOO_SLOW = 4408  # the tab stopped reading; it reconnects and resumes
+# What the channel layer raises while Redis is away (restarting, failing over). The layer only
+# carries rare control events, so a socket goes on without them rather than dying.
+LAYER_DOWN = (RedisError, OSError)
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
     """One per tab. Everything it sends goes through one ordered outbox."""
+
+    # Channels sets this to the layer's receive and lets any exception it raises end the
+    # consumer: a Redis restart would close every socket. Wrapped, it waits the outage out.
+    @property
+    def channel_receive(self) -> Callable[[], Awaitable[dict[str, Any]]]:
+        return self._channel_receive
+
+    @channel_receive.setter
+    def channel_receive(self, receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        async def through_outages() -> dict[str, Any]:
+            delay = 0.1
+            while True:
+                try:
+                    return await receive()
+                except LAYER_DOWN as exc:
+                    if delay == 0.1:  # once per outage, not once per retry
+                        log.warning("channel layer receive failed (%s); retrying", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                # A restarted Redis has forgotten the group: join again once it answers.
+                if hasattr(self, "group"):
+                    await self._join_group(quiet=True)
+
+        self._channel_receive = through_outages
+
+    async def _join_group(self, *, quiet: bool = False) -> bool:
+        """Join the user's group (logout, other tabs' exchanges); False while it is down."""
+        for _ in range(2):  # a pooled connection that a restarted Redis dropped fails once
+            try:
+                await self.channel_layer.group_add(self.group, self.channel_name)
+                return True
+            except LAYER_DOWN as exc:
+                error = exc
+        if not quiet:
+            log.warning("channel layer unavailable; no live events for now: %s", error)
+        return False
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -37,12 +78,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.user_id: int = user.pk
         self.tier = self.scope["tier"]
         self.outbox: deque[str | int] = deque()  # an int is a close code, sent in order
+        self.too_slow = False  # the outbox overflowed: only the close is left to send
         self.wakeup = asyncio.Event()
         self.watching: dict[str, asyncio.Task[None] | Turn] = {}
         self.group = f"user.{self.user_id}"
         await self.accept()
         self.sender = asyncio.get_running_loop().create_task(self._send_loop())
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        shutdown.sockets.add(self)  # a graceful shutdown closes it (4503: reconnect)
+        metrics.socket_opened(self.tier.tier)
+        await self._join_group()
         self.push(
             frames.ready(
                 self.tier.tier,
@@ -64,14 +108,19 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 watch.cancel()
             self.watching.pop(mid, None)
         self.sender.cancel()
-        await self.channel_layer.group_discard(self.group, self.channel_name)
+        shutdown.socket_closed(self)
+        with contextlib.suppress(*LAYER_DOWN):  # a restarted Redis forgot the group anyway
+            await self.channel_layer.group_discard(self.group, self.channel_name)
 
     # --- the ordered outbox ---------------------------------------------------------------
     def push(self, frame: str) -> None:
         """Queue a frame (turns call this from their flush); never blocks."""
+        if self.too_slow:
+            return  # its close is queued; the tab resumes from the log once it reconnects
         if len(self.outbox) >= settings.CHAT_SEND_BUFFER_FRAMES:
             # A tab that stops reading must not grow our memory without bound (PITFALLS).
             log.warning("closing a socket whose outbox is full (%d frames)", len(self.outbox))
+            self.too_slow = True
             self.outbox.clear()
             self.close_after_sending(CLOSE_TOO_SLOW)
             return
@@ -195,17 +244,20 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.watching[answer.mid] = turn
         turn.attach(self)
         # Other tabs of this user (on any instance) show the new exchange and follow it.
-        await self.channel_layer.group_send(
-            self.group,
-            {
-                "type": "chat.exchange",
-                "origin": self.channel_name,
-                "conversation": str(exchange.conversation.id),
-                "answer": answer.mid,
-                "created": exchange.created,
-                "forked": exchange.forked,
-            },
-        )
+        try:
+            await self.channel_layer.group_send(
+                self.group,
+                {
+                    "type": "chat.exchange",
+                    "origin": self.channel_name,
+                    "conversation": str(exchange.conversation.id),
+                    "answer": answer.mid,
+                    "created": exchange.created,
+                    "forked": exchange.forked,
+                },
+            )
+        except LAYER_DOWN as exc:  # they show it on their next reload
+            log.warning("could not tell other tabs about %s: %s", answer.mid, exc)
 
     async def on_stop(self, frame: dict[str, Any]) -> None:
         message = await database_sync_to_async(services.check_message)(
@@ -317,10 +369,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
 
 def _echoed_mid(frame: dict[str, Any]) -> str | None:
-    """The frame's `mid` to echo in an error: only a string (any other value came from a
-    hostile client and may be nested too deeply to serialise)."""
+    """The frame's `mid` to echo in an error: only text (any other value came from a hostile
+    client and may be nested too deeply to serialise, or not encode as UTF-8)."""
     mid = frame.get("mid")
-    return mid if isinstance(mid, str) else None
+    return mid if isinstance(mid, str) and services.is_text(mid) else None
 
 
 def _trimmed(history: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -352,4 +404,5 @@ def _exchange_for_watchers(event: dict[str, Any]) -> str | None:
         target=f'#messages[data-conversation="{conversation.id}"]',
         watch=True,
         entries=entries,
+        answer_html=services.rendered_html(answer),
     )

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
+from channels.db import database_sync_to_async
 from django.template.loader import render_to_string
 
 from chat.models import Message
-from chat.rendering import render_markdown
-from chat.services import Exchange, ThreadEntry
+from chat.services import Exchange, ThreadEntry, entry_for
 
 
 def chunk(mid: str, seq: int, text: str) -> str:
@@ -62,12 +61,14 @@ def exchange_html(
     target: str,
     watch: bool,
     entries: list[ThreadEntry] | None = None,
+    answer_html: str = "",
 ) -> str:
     """The user's bubble and the assistant's empty shell, appended to the message list.
 
     With `entries` (an edit or a regeneration changed the branch on show) the whole thread
     replaces the list instead. `watch` marks a shell sent to a tab that did not ask: its
-    stream.js resumes it from the log.
+    stream.js resumes it from the log. `answer_html` is the answer when it has already finished
+    by the time a watching tab hears of it.
     """
     return render_to_string(
         "chat/frames/exchange.html",
@@ -79,12 +80,19 @@ def exchange_html(
             "watch": watch,
             "created": exchange.created,
             "entries": entries,
+            "answer_html": answer_html,
         },
     )
 
 
 async def final_message_html(message: Message) -> str:
-    """The finished answer, rendered from markdown and sanitised, replacing the streamed text."""
-    # Rendering a long answer takes milliseconds: keep it off the event loop.
-    html = await asyncio.to_thread(render_markdown, message.text) if message.text else ""
-    return render_to_string("chat/frames/final.html", {"message": message, "rendered": html})
+    """The finished answer, rendered from markdown and sanitised, replacing the streamed text.
+
+    It carries its place among its versions, so the "2 / 3" arrows stay on it.
+    """
+    # Rendering a long answer takes milliseconds, and finding its versions a query: both run
+    # off the event loop.
+    entry = await database_sync_to_async(entry_for)(message, render=True)
+    return render_to_string(
+        "chat/frames/final.html", {"message": message, "entry": entry, "rendered": entry.rendered}
+    )

@@ -44,7 +44,19 @@ def check_prompt_text(text: Any) -> str:
             f"That message is {len(text):,} characters; the limit is {limit:,}. "
             "Shorten it or split it into parts."
         )
+    if not is_text(text):
+        raise BadRequest("That message holds characters that are not text (unpaired surrogates).")
     return text
+
+
+def is_text(value: str) -> bool:
+    """Whether `value` can be stored and sent as UTF-8: JSON lets a raw client send unpaired
+    surrogates ("\\ud800"), which the database driver and the socket would fail to encode."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_conversation(user_id: int, conversation_id: Any) -> Conversation:
@@ -58,6 +70,8 @@ def check_conversation(user_id: int, conversation_id: Any) -> Conversation:
 def check_message(user_id: int, mid: Any) -> Message:
     if not isinstance(mid, str) or not mid:
         raise BadRequest("A message id is required.")
+    if len(mid) > 80 or not is_text(mid):  # Message.mid holds 80 characters of text
+        raise NotFound("That message does not exist.")  # no such id can exist
     try:
         return Message.objects.select_related("conversation").get(
             mid=mid, conversation__user_id=user_id, role=Message.Role.ASSISTANT
@@ -94,7 +108,8 @@ class ThreadEntry:
     rendered: str = ""  # the finished answer as sanitised HTML, when asked for
 
 
-def _rendered(message: Message) -> str:
+def rendered_html(message: Message) -> str:
+    """A finished answer as sanitised HTML; empty for prompts and streaming answers."""
     from chat.rendering import render_markdown
 
     finished = message.role == Message.Role.ASSISTANT and message.status != Message.Status.STREAMING
@@ -131,10 +146,30 @@ def thread(conversation: Conversation, *, render: bool = False) -> list[ThreadEn
                 len(versions),
                 versions[i - 1].mid if i > 0 else "",
                 versions[i + 1].mid if i + 1 < len(versions) else "",
-                _rendered(m) if render else "",
+                rendered_html(m) if render else "",
             )
         )
     return entries
+
+
+def entry_for(message: Message, *, render: bool = False) -> ThreadEntry:
+    """One message as a ThreadEntry (its place among its versions), without the whole thread."""
+    versions = list(
+        Message.objects.filter(
+            conversation_id=message.conversation_id, parent_id=message.parent_id, role=message.role
+        )
+        .order_by("created_at", "id")
+        .values_list("mid", flat=True)
+    )
+    i = versions.index(message.mid) if message.mid in versions else 0
+    return ThreadEntry(
+        message,
+        i + 1,
+        max(1, len(versions)),
+        versions[i - 1] if i > 0 else "",
+        versions[i + 1] if i + 1 < len(versions) else "",
+        rendered_html(message) if render else "",
+    )
 
 
 def _history(entries: list[ThreadEntry]) -> list[dict[str, str]]:

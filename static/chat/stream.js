@@ -178,10 +178,8 @@ function onFrame(data) {
   // Text released but not painted yet goes on the page before an HTML frame may replace its
   // answer, so what the answer showed while streaming is always everything released.
   if (state.dirty.size) paint();
-  const arrows = versionArrowsOfStreamingAnswers();
   // HTML frames carry hx-swap-oob fragments: htmx's swap engine places them.
   window.htmx.swap(document.body, data, { swapStyle: "none" });
-  keepVersionArrows(arrows);
   afterHtml();
 }
 
@@ -324,8 +322,8 @@ function afterHtml() {
   for (const article of messagesEl.querySelectorAll(
     'article.msg-assistant[data-watch]:not([data-status="streaming"])',
   )) {
-    // Another tab's answer that finished before this tab heard of it comes as an empty shell
-    // (the server renders it without its HTML): `resume` of a finished answer sends the final.
+    // Another tab's answer that finished before this tab heard of it comes rendered; one with
+    // no text at all (failed at once) is asked for, so its final state and message show.
     article.removeAttribute("data-watch");
     if (!$(".body", article).childNodes.length) {
       send({ type: "resume", mid: article.dataset.mid, after: -1 });
@@ -532,28 +530,6 @@ function markEdited(mid) {
 }
 
 // --- versions: the "‹ 2 / 3 ›" arrows ---------------------------------------------------------
-function versionArrowsOfStreamingAnswers() {
-  // The final HTML of an answer is rendered without its thread, so it has no arrows: the
-  // ones its streaming shell had (from a thread swap or the page) are kept.
-  const kept = [];
-  for (const article of streamingArticles()) {
-    const arrows = $(".versions", article);
-    if (arrows) kept.push({ article, arrows: arrows.cloneNode(true) });
-  }
-  return kept;
-}
-
-function keepVersionArrows(kept) {
-  for (const { article, arrows } of kept) {
-    const now = articleFor(article.dataset.mid);
-    if (!now || now === article || $(".versions", now)) continue;
-    const footer = $(".msg-footer", now);
-    if (!footer) continue;
-    footer.prepend(arrows);
-    window.htmx.process(arrows); // a clone carries none of htmx's wiring
-  }
-}
-
 document.body.addEventListener("htmx:beforeRequest", (event) => {
   const button = event.detail.elt;
   if (!button?.matches?.(".versions button")) return;
