@@ -320,9 +320,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
                                 after = entry.seq
                                 self.push(frames.chunk(mid, entry.seq, entry.text))
                             else:
-                                message = await database_sync_to_async(Message.objects.get)(
-                                    mid=mid
-                                )
+                                message = await database_sync_to_async(Message.objects.get)(mid=mid)
                                 self.push(await frames.final_message_html(message))
                                 self.push(json.dumps(entry.payload))
                                 return

@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 from django.utils.cache import patch_vary_headers
 
-from chat import frames
+from chat import frames, metrics
 from chat.ratelimit import Rejection, get_limiter
 from chat.tiers import ACCEPT_CH, VARY, tier_for_request, tier_for_scope
 
@@ -86,6 +86,7 @@ class RateLimitMiddleware(_AsyncMiddleware):
             key = f"user:{user.pk}" if user.is_authenticated else f"ip:{_client_ip(request)}"
             rejection = await get_limiter().hit_http(key, settings.CHAT_HTTP_RATE_LIMIT)
             if rejection is not None:
+                metrics.rejected(rejection.code, "http")
                 return too_many_requests(request, rejection)
         return await self.get_response(request)
 
@@ -130,7 +131,7 @@ def turn_estimate(text: str | None) -> int | None:
         return None  # cheap: most frames are not turns
     try:
         frame = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json goes
         return None
     if not isinstance(frame, dict):
         return None
@@ -176,6 +177,7 @@ class PromptLimitASGIMiddleware:
                     return message
                 result = await get_limiter().admit(user.pk, estimate_tokens=estimate)
                 if isinstance(result, Rejection):
+                    metrics.rejected(result.code, "socket")
                     await send(
                         {
                             "type": "websocket.send",

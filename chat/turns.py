@@ -45,6 +45,22 @@ class Settlement(Protocol):
     async def settle(self, used_tokens: int | None) -> None: ...
 
 
+# Adaptive coalescing (docs/decisions/performance.md): a relayed answer costs CPU per socket
+# frame (a send system call and a websocket frame per watcher), hardly per token. With few
+# answers streaming, frames go out every CHAT_COALESCE_MS; beyond COALESCE_BUSY_TURNS answers
+# in this process the window widens with the load, up to COALESCE_MAX_MS, so the frame rate
+# of the whole process stops growing with the number of answers.
+COALESCE_BUSY_TURNS = 64
+COALESCE_MAX_MS = 50.0
+
+
+def coalesce_interval(base: float, streaming: int) -> float:
+    """Seconds between two chunk frames of one answer while `streaming` answers run here."""
+    if streaming <= COALESCE_BUSY_TURNS or base <= 0:
+        return base  # 0 switches coalescing off, and stays off under load
+    return min(max(base, COALESCE_MAX_MS / 1000), base * streaming / COALESCE_BUSY_TURNS)
+
+
 def estimate_tokens(text: str) -> int:
     # ~4 characters per token for English; only used when the upstream reports no usage.
     return max(1, (len(text) + 3) // 4) if text else 0
@@ -168,7 +184,8 @@ class Turn:
         # The first delta goes out at once; later ones wait at most one interval, coalesced.
         if self._flush_handle is not None:
             return
-        delay = self._last_flush + self._interval - loop.time()
+        interval = coalesce_interval(self._interval, len(registry.turns))
+        delay = self._last_flush + interval - loop.time()
         if delay <= 0:
             self._flush()
         else:

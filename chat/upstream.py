@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import httpx
 
+from chat import metrics
 from chat.sse import SSEEvent, SSEParser
 
 logger = logging.getLogger(__name__)
@@ -191,6 +192,9 @@ class UpstreamClient:
                         )
                     )
                     progress.responded = True
+                    metrics.upstream_responded(
+                        asyncio.get_running_loop().time() - deadline + self.total_timeout
+                    )
                     if not response.is_success:
                         raise await _status_error(response)
                 content_type = response.headers.get("content-type", "")

@@ -18,21 +18,25 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from chat.demo_upstream import DemoModel  # noqa: E402
 from chat.middleware import DeviceTierASGIMiddleware, PromptLimitASGIMiddleware  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
+from chat.shutdown import GracefulShutdown  # noqa: E402
 from chat.startup import HttpEntry  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        # Static files from the app itself, so `make run` needs nothing else; behind nginx
-        # (deploy/nginx.conf) /static/ never reaches us.
-        "http": HttpEntry(
-            ASGIStaticFilesHandler(django_asgi_app), demo=DemoModel(prefix="/demo/v1")
-        ),
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(
-                DeviceTierASGIMiddleware(
-                    PromptLimitASGIMiddleware(URLRouter(websocket_urlpatterns))
+# GracefulShutdown: SIGTERM drains running answers first (chat/shutdown.py).
+application = GracefulShutdown(
+    ProtocolTypeRouter(
+        {
+            # Static files from the app itself, so `make run` needs nothing else; behind nginx
+            # (deploy/nginx.conf) /static/ never reaches us.
+            "http": HttpEntry(
+                ASGIStaticFilesHandler(django_asgi_app), demo=DemoModel(prefix="/demo/v1")
+            ),
+            "websocket": AllowedHostsOriginValidator(
+                AuthMiddlewareStack(
+                    DeviceTierASGIMiddleware(
+                        PromptLimitASGIMiddleware(URLRouter(websocket_urlpatterns))
+                    )
                 )
-            )
-        ),
-    }
+            ),
+        }
+    )
 )

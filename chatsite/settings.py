@@ -106,6 +106,13 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(envstr("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+# Hashed names for collectstatic's output, so nginx can cache static files for a year
+# (deploy/nginx.conf). Needs `collectstatic` before start; `make cluster` and production set it.
+if envbool("DJANGO_STATIC_MANIFEST", False):
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "chatsite.staticfiles.HashedStaticFilesStorage"},
+    }
 
 # --- security -----------------------------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True
@@ -125,7 +132,12 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = _behind_tls
 SECURE_HSTS_PRELOAD = _behind_tls
 if envbool("DJANGO_BEHIND_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-SILENCED_SYSTEM_CHECKS = envlist("DJANGO_SILENCED_SYSTEM_CHECKS", [])
+# security.W008 (SECURE_SSL_REDIRECT off) is silenced by default because in the production
+# topology the TLS proxy redirects http → https (docs/security.md); set DJANGO_SSL_REDIRECT=1
+# where no proxy does, and the check is moot. Nothing else is silenced unless named here.
+SILENCED_SYSTEM_CHECKS = envlist(
+    "DJANGO_SILENCED_SYSTEM_CHECKS", [] if SECURE_SSL_REDIRECT else ["security.W008"]
+)
 
 # --- Redis, channel layer ----------------------------------------------------------------
 REDIS_URL = envstr("REDIS_URL", "")
@@ -139,6 +151,8 @@ if REDIS_URL:
                 # groups for rare control events (conversation list updates, logout).
                 "group_expiry": 86400 * 2,
                 "capacity": 500,
+                # Several deployments (and test runs) may share one Redis: keep them apart.
+                "prefix": envstr("CHAT_REDIS_PREFIX", "chat:") + "asgi",
             },
         }
     }
@@ -182,18 +196,31 @@ CHAT_LEASE_SECONDS = envfloat("CHAT_LEASE_SECONDS", 15.0, minimum=1.0)
 CHAT_STREAM_LOG_TTL = envint("CHAT_STREAM_LOG_TTL", 3600, minimum=10)
 CHAT_SEND_BUFFER_FRAMES = envint("CHAT_SEND_BUFFER_FRAMES", 2000, minimum=10)
 CHAT_METRICS_ALLOW = envlist("CHAT_METRICS_ALLOW", ["127.0.0.1", "::1"])
+# Seconds a SIGTERM'd instance lets running answers finish before saving them as interrupted.
+CHAT_SHUTDOWN_GRACE = envfloat("CHAT_SHUTDOWN_GRACE", 20.0, minimum=0.0)
 
 # --- the demo model -------------------------------------------------------------------------
 DEMO_TTFB_MS = envint("DEMO_TTFB_MS", 150, minimum=0)
 DEMO_TOKENS_PER_SECOND = envfloat("DEMO_TOKENS_PER_SECOND", 40.0, minimum=0.0)
 
+# Structured lines (chat/logging.py): every line names the instance; lines about a turn carry
+# its turn, mid, conversation and user. json for log shippers, text (logfmt) for people.
+DJANGO_LOG_FORMAT = envchoice("DJANGO_LOG_FORMAT", "text", ("text", "json"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"chat": {"()": "chat.logging.ContextFilter", "instance": CHAT_INSTANCE_ID}},
     "formatters": {
-        "line": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "text": {"()": "chat.logging.KeyValueFormatter"},
+        "json": {"()": "chat.logging.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": DJANGO_LOG_FORMAT,
+            "filters": ["chat"],
+        }
+    },
     "root": {"handlers": ["console"], "level": envstr("DJANGO_LOG_LEVEL", "INFO")},
     "loggers": {
         "daphne": {"level": "WARNING"},

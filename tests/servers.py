@@ -37,6 +37,8 @@ def base_env(**extra: str) -> dict[str, str]:
         DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
         DEMO_TTFB_MS="0",
         DEMO_TOKENS_PER_SECOND="0",
+        # SIGTERM drains running answers for this long (chat/shutdown.py): keep teardowns quick.
+        CHAT_SHUTDOWN_GRACE="1",
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)

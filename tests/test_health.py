@@ -1,0 +1,87 @@
+"""Health probes: /healthz says the process is alive; /readyz whether it can serve, and why not."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from django.test import AsyncClient
+
+from chat import shutdown
+from tests.servers import free_port, running_chatsite
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+def draining() -> Iterator[None]:
+    yield
+    shutdown.reset()
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+async def test_healthz_answers_ok_with_the_instance(settings: Any) -> None:
+    settings.CHAT_INSTANCE_ID = "web7"
+    response = await AsyncClient().get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "instance": "web7"}
+    assert "no-cache" in response["Cache-Control"]
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+async def test_readyz_is_ready_when_the_database_answers_and_no_redis_is_configured(
+    settings: Any,
+) -> None:
+    settings.REDIS_URL = ""
+    response = await AsyncClient().get("/readyz")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    assert body["checks"]["database"]["ok"] is True
+    assert "redis" not in body["checks"]
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+async def test_readyz_checks_redis_when_it_is_configured(settings: Any) -> None:
+    settings.REDIS_URL = REDIS_URL
+    response = await AsyncClient().get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["checks"]["redis"]["ok"] is True
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+async def test_readyz_is_503_and_names_redis_when_redis_is_unreachable(settings: Any) -> None:
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    response = await AsyncClient().get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "unavailable"
+    assert body["checks"]["database"]["ok"] is True
+    assert body["checks"]["redis"]["ok"] is False
+    assert "Connect" in body["checks"]["redis"]["error"]
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+async def test_readyz_is_503_while_the_instance_drains(settings: Any, draining: None) -> None:
+    settings.REDIS_URL = ""
+    await shutdown.drain(0, stop_listening=False)
+    response = await AsyncClient().get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["shutdown"] == {
+        "ok": False,
+        "error": "draining: this instance is shutting down",
+    }
+
+
+def test_with_the_database_down_healthz_still_answers_and_readyz_names_the_database() -> None:
+    # A real server whose DATABASE_URL points where no PostgreSQL listens.
+    dead = f"postgres://postgres@127.0.0.1:{free_port()}/nothing"
+    with running_chatsite(database_url=dead) as base:
+        alive = httpx.get(f"{base}/healthz", timeout=10)
+        ready = httpx.get(f"{base}/readyz", timeout=10)
+    assert alive.status_code == 200
+    assert ready.status_code == 503
+    assert ready.json()["checks"]["database"]["ok"] is False
+    assert "OperationalError" in ready.json()["checks"]["database"]["error"]
