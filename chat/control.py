@@ -19,6 +19,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from chat.tasks import cancel_and_wait
+
 logger = logging.getLogger(__name__)
 
 # How long a stop request stays readable for an owner that missed the published message.
@@ -235,8 +237,7 @@ class RedisControl(Control):
 
     async def aclose(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait(self._task)
             self._task = None
         self._subscribed.clear()
         await self._subscriber.aclose()

@@ -676,6 +676,13 @@ def get_limiter() -> Limiter:
     return limiter
 
 
+async def close_limiter() -> None:
+    """Close and forget the running loop's limiter (shutdown, test teardown)."""
+    limiter = _limiters.pop(asyncio.get_running_loop(), None)
+    if limiter is not None:
+        await limiter.aclose()
+
+
 def _on_setting_changed(*, setting: str, **_: Any) -> None:
     if setting in {
         "REDIS_URL",

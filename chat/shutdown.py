@@ -98,6 +98,9 @@ async def drain(grace: float, *, stop_listening: bool = True) -> None:
     if running:
         log.warning("shutdown: turns ended (%d still registered)", len(registry.turns))
     await close_sockets()
+    from chat.startup import close_services
+
+    await close_services(timeout=5.0)  # the stream log writes what it has queued
 
 
 async def close_sockets(timeout: float = SOCKET_FLUSH_SECONDS) -> None:

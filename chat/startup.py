@@ -61,3 +61,21 @@ class HttpEntry:
             return
         ensure_started()
         await self.django_app(scope, receive, send)
+
+
+async def close_services(timeout: float = 10.0) -> None:
+    """Close this loop's Redis and HTTP clients and their background tasks (shutdown, tests).
+
+    The stream log writes what it still has queued first. Each close is bounded: a shutdown
+    must finish even when Redis does not answer.
+    """
+    from chat.control import close_control
+    from chat.ratelimit import close_limiter
+    from chat.streamlog import close_stream_log
+    from chat.upstream import close_client
+
+    for close in (close_stream_log, close_control, close_client, close_limiter):
+        try:
+            await asyncio.wait_for(close(), timeout)
+        except Exception:
+            log.exception("could not close %s cleanly", close.__name__)

@@ -21,6 +21,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 
+from chat.tasks import cancel_and_wait
+
 logger = logging.getLogger(__name__)
 
 # The Done entry is written at the largest id a Redis stream can hold: it is always last, a
@@ -409,8 +411,7 @@ class RedisStreamLog(StreamLog):
             await self.flush(timeout=1.0)
         self._closed = True
         if self._writer_task is not None:
-            self._writer_task.cancel()
-            await asyncio.gather(self._writer_task, return_exceptions=True)
+            await cancel_and_wait(self._writer_task)
             self._writer_task = None
         dropped, self._pending = self._pending, []
         stats.dropped_entries += sum(isinstance(op, _ChunkOp | _DoneOp) for op in dropped)

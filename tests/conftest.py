@@ -13,6 +13,8 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
+from chat.startup import close_services
+
 DESKTOP_UA = (
     "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
     "Chrome/131.0.0.0 Safari/537.36"
@@ -120,6 +122,9 @@ async def connect() -> AsyncIterator[Connect]:
     yield _connect
     for comm in opened:
         await comm.disconnect()
+    # Each test has its own loop: its Redis subscriber and writer tasks are closed here, as a
+    # shutdown does, rather than left for the loop's teardown to cancel mid-handshake.
+    await close_services()
 
 
 async def receive_until_done(
