@@ -375,6 +375,53 @@ async def test_a_frame_over_one_mib_is_refused_with_close_code_1009(site: str) -
     assert closed.value.rcvd.code == CLOSE_MESSAGE_TOO_BIG
 
 
+def daphne_rss_kib(base: str) -> int:
+    """Resident memory of the daphne process serving `base` (found by its -p argument)."""
+    port = base.rsplit(":", 1)[1]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            status = (proc / "status").read_text()
+        except OSError:
+            continue
+        if any(a.endswith(b"daphne") for a in argv) and port.encode() in argv:
+            return int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("VmRSS")))
+    raise LookupError(f"no daphne serving port {port}")
+
+
+async def fragments(count: int, size: int) -> AsyncIterator[str]:
+    for _ in range(count):
+        yield "z" * size
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["2 MiB in one frame", "50 MiB in 1 MiB fragments"],
+)
+async def test_oversized_messages_are_refused_without_the_server_growing(
+    site: str, message: str
+) -> None:
+    client = signup(site, new_username())
+    before = daphne_rss_kib(site)
+    async with chat_socket(site, client, compression=None, max_size=None) as ws:
+        await ready(ws)
+        with pytest.raises(ConnectionClosed) as closed:
+            if message.startswith("2 MiB"):
+                await ws.send("x" * (2 * ONE_MIB))
+            else:
+                # One message in fragments: the limit is on the whole message, so the server
+                # must refuse it after the first MiB rather than buffer all fifty.
+                await ws.send(fragments(50, ONE_MIB))
+            while True:
+                await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == CLOSE_MESSAGE_TOO_BIG
+    growth_mib = (daphne_rss_kib(site) - before) / 1024
+    assert growth_mib < 8, f"daphne grew by {growth_mib:.1f} MiB"
+
+
 async def test_a_frame_just_under_one_mib_is_read_and_answered(site: str) -> None:
     # The other side of the limit: a big (invalid) prompt frame is read and answered.
     client = signup(site, new_username())
