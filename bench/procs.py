@@ -25,6 +25,8 @@ from typing import IO
 import httpx
 import redis
 
+from tests.servers import base_env
+
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 DAPHNE = str(Path(sys.executable).parent / "daphne")
@@ -166,22 +168,9 @@ def demo_requests(demo: Proc) -> list[tuple[str, int]]:
 
 
 def server_env(**extra: str) -> dict[str, str]:
-    """The environment of a production-like chatsite (DEBUG off) for benchmarks."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "LLM_", "DEMO_"))}
-    for name in ("REDIS_URL", "DATABASE_URL", "DJANGO_DEBUG"):
-        env.pop(name, None)
-    env.update(
-        DJANGO_SETTINGS_MODULE="chatsite.settings",
-        DJANGO_DEBUG="0",
-        DJANGO_SECURE="0",
-        DJANGO_SECRET_KEY="bench-only-not-a-secret-0123456789abcdefghijklmnopq",
-        DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
-        DJANGO_LOG_LEVEL="WARNING",
-        PYTHONUNBUFFERED="1",
-        **UNLIMITED,
-    )
-    env.update(extra)
-    return env
+    """The environment of a production-like chatsite (DEBUG off) for benchmarks: the tests'
+    server environment, quieter, with the limits lifted."""
+    return base_env(DJANGO_LOG_LEVEL="WARNING", **{**UNLIMITED, **extra})
 
 
 def server_setting(name: str) -> str:
