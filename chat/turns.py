@@ -12,9 +12,8 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -380,11 +379,3 @@ class TurnRegistry:
 
 
 registry = TurnRegistry()
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def describe(turn: Turn) -> dict[str, Any]:
-    return {"mid": turn.mid, "chunks": len(turn.chunks), "watchers": len(turn.watchers)}
