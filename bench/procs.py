@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import shutil
 import socket
 import subprocess
@@ -20,11 +19,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import httpx
 import redis
 
+from tests.demo_server import demo_process
 from tests.servers import base_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,16 +122,6 @@ def _wait_for_port(port: int, popen: subprocess.Popen[bytes], log: Path | None) 
     raise RuntimeError(f"nothing listening on port {port} after {STARTUP_SECONDS} s")
 
 
-def _read_listening_line(popen: subprocess.Popen[bytes], stderr: IO[bytes]) -> str:
-    assert popen.stdout is not None
-    ready, _, _ = select.select([popen.stdout], [], [], STARTUP_SECONDS)
-    line = popen.stdout.readline().decode() if ready else ""
-    if "listening on" not in line:
-        stderr.seek(0)
-        raise RuntimeError(f"demo model did not start: {line!r} {stderr.read()[-2000:]!r}")
-    return line.rsplit(" ", 1)[-1].strip()
-
-
 @contextlib.contextmanager
 def demo_model(ttfb_ms: int, tps: float, *, stats: bool = False) -> Iterator[Proc]:
     """The standalone demo model (`python -m chat.demo_upstream`); base is its /v1 URL.
@@ -140,23 +129,8 @@ def demo_model(ttfb_ms: int, tps: float, *, stats: bool = False) -> Iterator[Pro
     `stats=True` starts tests/demo_server.py instead: the same model plus a test-only
     `/_test/stats` window listing the client port of every request it saw.
     """
-    module = "tests.demo_server" if stats else "chat.demo_upstream"
-    command = [PYTHON, "-m", module, "--port", "0", "--ttfb-ms", str(ttfb_ms), "--tps", str(tps)]
-    with tempfile.TemporaryFile() as stderr:
-        popen = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        try:
-            base = _read_listening_line(popen, stderr)
-            yield Proc("demo", popen, base)
-        finally:
-            _stop(popen)
-            assert popen.stdout is not None
-            popen.stdout.close()
+    with demo_process(ttfb_ms, tps, stats=stats) as (popen, base):
+        yield Proc("demo", popen, base)
 
 
 def demo_requests(demo: Proc) -> list[tuple[str, int]]:

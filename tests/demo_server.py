@@ -40,6 +40,15 @@ def running_demo_server(
     `port=0` lets the server pick a free port and we read it from the line it prints: that
     avoids the race of choosing a free port here and binding it there.
     """
+    with demo_process(ttfb_ms, tps, stats=stats, port=port) as (_, base_url):
+        yield base_url
+
+
+@contextlib.contextmanager
+def demo_process(
+    ttfb_ms: int = 0, tps: float = 0, *, stats: bool = False, port: int = 0
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`running_demo_server`, also giving the process (the benchmarks read its CPU time)."""
     module = "tests.demo_server" if stats else "chat.demo_upstream"
     command = [sys.executable, "-m", module, "--port", str(port), "--ttfb-ms", str(ttfb_ms)]
     command += ["--tps", str(tps)]
@@ -54,7 +63,7 @@ def running_demo_server(
         try:
             base_url = _read_base_url(process, stderr)
             _wait_until_answering(base_url)
-            yield base_url
+            yield process, base_url
         finally:
             process.terminate()
             try:
