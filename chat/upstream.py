@@ -87,8 +87,23 @@ def _failure(kind: ErrorKind, message: str, **extra: Any) -> UpstreamError:
     return UpstreamError(kind, message, **extra)
 
 
+# httpcore's pool walks all its connections, and for each idle one all of them again, on every
+# request start and response close (httpcore 1.0.9 `_assign_requests_to_connections`): its cost
+# grows with the square of the connections. Shards of at most this many keep it small
+# (docs/decisions/performance.md).
+MAX_CONNECTIONS_PER_SHARD = 32
+
+
+def shard_count(pool_size: int) -> int:
+    """How many httpx clients share `pool_size` connections, none over the shard size."""
+    return max(1, math.ceil(pool_size / MAX_CONNECTIONS_PER_SHARD))
+
+
 class UpstreamClient:
-    """An OpenAI-compatible chat API behind one long-lived, pooled `httpx.AsyncClient`.
+    """An OpenAI-compatible chat API behind long-lived, pooled `httpx.AsyncClient`s.
+
+    The pool (`pool_size` connections) is split into shards of at most
+    `MAX_CONNECTIONS_PER_SHARD`, each its own client; a stream goes to the least busy one.
 
     Keeping one client for the life of the process keeps connections warm: no DNS lookup,
     TCP or TLS handshake on the path of a turn once `warm()` (or the first turn) opened one.
@@ -114,41 +129,70 @@ class UpstreamClient:
         headers = {"user-agent": "chatsite"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
-        self._client = httpx.AsyncClient(
-            # The trailing slash makes relative paths ("chat/completions") land under /v1/.
-            base_url=self.base_url + "/",
-            headers=headers,
-            timeout=httpx.Timeout(
-                connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
-            ),
-            limits=httpx.Limits(
-                max_connections=pool_size,
-                max_keepalive_connections=pool_size,
-                keepalive_expiry=keepalive_expiry,
-            ),
-            http2=http2,
-            # The upstream URL is configured explicitly; proxy variables meant for package
-            # downloads must not silently add a hop to every token.
-            trust_env=trust_env,
-        )
+        self.shards = shard_count(pool_size)
+        per_shard = math.ceil(pool_size / self.shards)
+        self._clients = [
+            httpx.AsyncClient(
+                # The trailing slash makes relative paths ("chat/completions") land under /v1/.
+                base_url=self.base_url + "/",
+                headers=headers,
+                timeout=httpx.Timeout(
+                    connect=connect_timeout,
+                    read=read_timeout,
+                    write=read_timeout,
+                    pool=connect_timeout,
+                ),
+                limits=httpx.Limits(
+                    max_connections=per_shard,
+                    max_keepalive_connections=per_shard,
+                    keepalive_expiry=keepalive_expiry,
+                ),
+                http2=http2,
+                # The upstream URL is configured explicitly; proxy variables meant for package
+                # downloads must not silently add a hop to every token.
+                trust_env=trust_env,
+            )
+            for _ in range(self.shards)
+        ]
+        self._busy = [0] * self.shards  # streams open on each shard
 
     @property
     def http_client(self) -> httpx.AsyncClient:
-        """The pooled httpx client (for event hooks and diagnostics; do not close it)."""
-        return self._client
+        """The first pooled httpx client (for event hooks and diagnostics; do not close it)."""
+        return self._clients[0]
+
+    @property
+    def http_clients(self) -> tuple[httpx.AsyncClient, ...]:
+        """Every shard's pooled httpx client (diagnostics; do not close them)."""
+        return tuple(self._clients)
+
+    def _pick(self) -> int:
+        """The shard with the fewest streams open, so no shard waits while another has room."""
+        busy = self._busy
+        return busy.index(min(busy)) if len(busy) > 1 else 0
 
     async def warm(self) -> None:
-        """Open a pooled connection ahead of the first turn (GET /models). Never raises."""
+        """Open a pooled connection per shard ahead of the first turns. Never raises."""
+
+        async def one(client: httpx.AsyncClient) -> int:
+            return (await client.get("models")).status_code
+
         try:
-            response = await self._client.get("models")
+            statuses = await asyncio.gather(*(one(client) for client in self._clients))
             logger.info(
-                "upstream %s answered GET /models with %s", self.base_url, response.status_code
+                "upstream %s answered GET /models with %s (%d connections warmed)",
+                self.base_url,
+                statuses[0],
+                len(statuses),
             )
         except Exception as exc:
             logger.warning("could not warm the upstream connection to %s: %r", self.base_url, exc)
 
+    def _release(self, shard: int) -> None:
+        self._busy[shard] -= 1
+
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await asyncio.gather(*(client.aclose() for client in self._clients))
 
     async def stream_chat(
         self,
@@ -180,11 +224,14 @@ class UpstreamClient:
         # block around the loop: a timeout scope must never span a `yield` of an async
         # generator, or it would fire in (and cancel) the consumer's code instead.
         deadline = asyncio.get_running_loop().time() + self.total_timeout
+        shard = self._pick()
+        self._busy[shard] += 1
         try:
             async with contextlib.AsyncExitStack() as stack:
+                stack.callback(self._release, shard)
                 async with asyncio.timeout_at(deadline):
                     response = await stack.enter_async_context(
-                        self._client.stream(
+                        self._clients[shard].stream(
                             "POST",
                             "chat/completions",
                             json=payload,

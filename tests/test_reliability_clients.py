@@ -100,8 +100,9 @@ async def test_a_stop_after_the_tab_left_closes_the_upstream_at_once_and_leaves_
     assert f"turn {mid}" not in names and f"heartbeat {mid}" not in names
     # No pooled connection still busy with the cancelled request (httpcore's pool: private,
     # but the only place that knows).
-    pool = get_client().http_client._transport._pool  # type: ignore[attr-defined]
-    assert all(c.is_idle() or c.is_closed() for c in pool.connections)
+    for client in get_client().http_clients:
+        pool = client._transport._pool  # type: ignore[attr-defined]
+        assert all(c.is_idle() or c.is_closed() for c in pool.connections)
     message = await database_sync_to_async(Message.objects.get)(mid=mid)
     assert message.status == "stopped"
     assert 0 < len(message.text.split()) < 5000

@@ -17,6 +17,7 @@ from chat import upstream
 from chat.demo_upstream import default_reply, long_tokens
 from chat.upstream import (
     EMPTY_ANSWER_MESSAGE,
+    MAX_CONNECTIONS_PER_SHARD,
     Delta,
     Finish,
     StreamItem,
@@ -25,6 +26,7 @@ from chat.upstream import (
     Usage,
     close_client,
     get_client,
+    shard_count,
     trim_history,
 )
 from tests.demo_server import demo_stats, running_demo_server
@@ -201,7 +203,8 @@ async def test_fifty_sequential_turns_reuse_one_connection(paced_demo_url: str) 
 
 
 async def test_warm_opens_the_connection_the_first_turn_then_uses(paced_demo_url: str) -> None:
-    client = UpstreamClient(paced_demo_url)
+    client = UpstreamClient(paced_demo_url, pool_size=20)  # one shard
+    assert client.shards == 1
     await client.warm()
     await collect(client, "/echo warm")
     await client.aclose()
@@ -209,6 +212,43 @@ async def test_warm_opens_the_connection_the_first_turn_then_uses(paced_demo_url
     assert [path for path, _ in requests] == ["/v1/models", "/v1/models", "/v1/chat/completions"]
     # (The first /v1/models is the fixture's readiness probe, from another client.)
     assert requests[1][1] == requests[2][1]
+
+
+async def test_warm_opens_a_connection_per_shard_and_turns_use_them(paced_demo_url: str) -> None:
+    client = UpstreamClient(paced_demo_url, pool_size=3 * MAX_CONNECTIONS_PER_SHARD)
+    assert client.shards == 3
+    await client.warm()
+    await asyncio.gather(*(collect(client, f"/echo {i}") for i in range(3)))
+    await client.aclose()
+    requests = demo_stats(paced_demo_url)["requests"][1:]  # after the readiness probe
+    warmed = {port for path, port in requests if path == "/v1/models"}
+    answered = [port for path, port in requests if path == "/v1/chat/completions"]
+    assert len(warmed) == 3, "one connection per shard"
+    assert len(answered) == 3 and set(answered) == warmed, "three streams, one on each shard"
+
+
+@pytest.mark.parametrize(("pool", "shards"), [(1, 1), (32, 1), (33, 2), (100, 4), (500, 16)])
+def test_the_pool_is_split_into_shards_of_at_most_32(pool: int, shards: int) -> None:
+    assert shard_count(pool) == shards
+    client = UpstreamClient("http://127.0.0.1:9/v1", pool_size=pool)
+    assert len(client.http_clients) == shards
+    limits = [c._transport._pool._max_connections for c in client.http_clients]  # type: ignore[attr-defined]
+    assert max(limits) <= MAX_CONNECTIONS_PER_SHARD and sum(limits) >= pool
+
+
+async def test_streams_go_to_the_least_busy_shard_and_free_it_after(paced_demo_url: str) -> None:
+    client = UpstreamClient(paced_demo_url, pool_size=2 * MAX_CONNECTIONS_PER_SHARD)
+    streams = [
+        client.stream_chat(model="demo-full", messages=[{"role": "user", "content": "/long 50"}])
+        for _ in range(3)
+    ]
+    for stream in streams:
+        await anext(stream)  # each has sent its request and holds a shard
+    assert sorted(client._busy) == [1, 2]
+    for stream in streams:
+        await stream.aclose()
+    assert client._busy == [0, 0]
+    await client.aclose()
 
 
 async def test_warm_never_raises(caplog: pytest.LogCaptureFixture) -> None:
