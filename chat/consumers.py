@@ -189,6 +189,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # The limiter middleware admitted this frame and left what it holds for the turn.
         admissions = self.scope.get("chat.admissions")
         admission = admissions.popleft() if admissions else None
+        mid = text = conversation_id = replaces = None
         try:
             if regenerate:
                 mid = frame.get("mid")
@@ -202,33 +203,30 @@ class ChatConsumer(AsyncWebsocketConsumer):
                     raise services.BadRequest("The conversation must be an id.")
                 if replaces is not None and not isinstance(replaces, str):
                     raise services.BadRequest("`replaces` must be a message id.")
-            # The socket's user was resolved at connect: re-check the session (PITFALLS).
-            if not await database_sync_to_async(services.user_is_active)(
-                self.user_id, self.scope["session"].session_key
-            ):
-                await self.chat_logout({})
-                if admission is not None:
-                    await admission.settle(None)
-                return
-            if regenerate:
-                exchange = await database_sync_to_async(services.do_regenerate)(
-                    self.user_id, mid, model=self.tier.model, tier=self.tier.tier
-                )
-            else:
-                exchange = await database_sync_to_async(services.do_start_exchange)(
-                    self.user_id,
-                    conversation_id,
-                    text,
-                    model=self.tier.model,
-                    tier=self.tier.tier,
-                    replaces=replaces,
-                )
+            # One trip to the ORM thread: the session re-check, the exchange and its HTML.
+            begun = await database_sync_to_async(_begin_exchange)(
+                self.user_id,
+                self.scope["session"].session_key,
+                regenerate=regenerate,
+                mid=mid,
+                conversation_id=conversation_id,
+                text=text,
+                replaces=replaces,
+                model=self.tier.model,
+                tier=self.tier.tier,
+            )
         except Exception:
             if admission is not None:
                 await admission.settle(None)
             raise
+        if begun is None:  # logged out or deactivated since the socket connected
+            await self.chat_logout({})
+            if admission is not None:
+                await admission.settle(None)
+            return
+        exchange, html = begun
         answer = exchange.answer
-        self.push(await _exchange_html(exchange, target="#messages", watch=False))
+        self.push(html)
         turn = Turn(
             mid=answer.mid,
             conversation_id=str(exchange.conversation.id),
@@ -379,12 +377,38 @@ def _trimmed(history: list[dict[str, str]]) -> list[dict[str, str]]:
     return trim_history(history, settings.LLM_CONTEXT_CHARS)
 
 
-async def _exchange_html(exchange: services.Exchange, *, target: str, watch: bool) -> str:
-    entries = None
-    if exchange.forked:
-        # The branch on show changed: the tab shows the whole thread anew.
-        entries = await database_sync_to_async(services.thread)(exchange.conversation, render=True)
-    return frames.exchange_html(exchange, target=target, watch=watch, entries=entries)
+def _begin_exchange(
+    user_id: int,
+    session_key: str | None,
+    *,
+    regenerate: bool,
+    mid: str | None,
+    conversation_id: str | None,
+    text: str | None,
+    replaces: str | None,
+    model: str,
+    tier: str,
+) -> tuple[services.Exchange, str] | None:
+    """Store a new exchange and render its HTML; None if the session has ended.
+
+    The socket's user was resolved at connect, so the session is re-checked per prompt
+    (PITFALLS). All of it runs in one call on the ORM thread: that thread is a queue every
+    turn passes through, and each extra trip is a wait on the path to the first token.
+    """
+    if not services.user_is_active(user_id, session_key):
+        return None
+    if regenerate:
+        assert mid is not None
+        exchange = services.do_regenerate(user_id, mid, model=model, tier=tier)
+    else:
+        assert text is not None
+        exchange = services.do_start_exchange(
+            user_id, conversation_id, text, model=model, tier=tier, replaces=replaces
+        )
+    # A fork changed the branch on show: the tab shows the whole thread anew.
+    entries = services.thread(exchange.conversation, render=True) if exchange.forked else None
+    html = frames.exchange_html(exchange, target="#messages", watch=False, entries=entries)
+    return exchange, html
 
 
 def _exchange_for_watchers(event: dict[str, Any]) -> str | None:

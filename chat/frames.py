@@ -92,7 +92,12 @@ async def final_message_html(message: Message) -> str:
     """
     # Rendering a long answer takes milliseconds, and finding its versions a query: both run
     # off the event loop.
-    entry = await database_sync_to_async(entry_for)(message, render=True)
+    return await database_sync_to_async(final_message_html_sync)(message)
+
+
+def final_message_html_sync(message: Message) -> str:
+    """`final_message_html` for code already on the ORM thread."""
+    entry = entry_for(message, render=True)
     return render_to_string(
         "chat/frames/final.html", {"message": message, "entry": entry, "rendered": entry.rendered}
     )

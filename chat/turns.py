@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -241,10 +241,10 @@ class Turn:
             chunk_count=len(self.chunks),
             seconds=asyncio.get_running_loop().time() - self._started,
         )
-        message: Message | None = None
-        try:
-            message = await database_sync_to_async(services.do_finish_message)(
-                self.mid,
+        # One trip to the ORM thread: save the answer, record its usage, render it.
+        final_html = await database_sync_to_async(_save_answer)(
+            self.mid,
+            dict(
                 text=text,
                 status=status,
                 error=error,
@@ -253,10 +253,13 @@ class Turn:
                 completion_tokens=usage.completion_tokens,
                 usage_estimated=usage.estimated,
                 ttft_ms=self._ttft_ms,
-            )
-        except Exception:
-            # The lease runs out and the message is marked failed with its last checkpoint.
-            log.exception("turn %s could not save its answer", self.mid)
+            ),
+            usage=(
+                (self.user_id, self.model, self.tier, usage.prompt_tokens, usage.completion_tokens)
+                if self._charged(status, usage)
+                else None
+            ),
+        )
         tokens_left = await self._settle_limits(status, usage)
         done = frames.done(
             self.mid,
@@ -268,15 +271,14 @@ class Turn:
             tokens_left=tokens_left,
         )
         final: list[str] = []
-        if message is not None:
-            final.append(await frames.final_message_html(message))
+        if final_html is not None:
+            final.append(final_html)
         final.append(json.dumps(done))
         self.final_frames = final
         for watcher in self.watchers:
             for frame in final:
                 watcher.push(frame)
         self.watchers.clear()
-        await self._record_usage(status, usage)
         try:
             await self._log.finish(self.mid, done)
         except Exception:
@@ -306,21 +308,37 @@ class Turn:
             log.exception("turn %s could not settle its limits", self.mid)
             return None
 
-    async def _record_usage(self, status: str, usage: Usage) -> None:
-        if not self._charged(status, usage):
-            return
-        from chat.usage import record_usage
 
+def _save_answer(
+    mid: str, save: dict[str, Any], *, usage: tuple[int, str, str, int, int] | None
+) -> str | None:
+    """Save a finished answer, add its usage to today's row, and render it (its final frame).
+
+    One call on the ORM thread for the three: that thread is a queue every turn passes
+    through. Each part fails on its own (logged): an answer that could not be saved is marked
+    failed with its last checkpoint once its lease runs out; usage that could not be recorded
+    must not lose the answer. Returns None when there is nothing to show (the conversation was
+    deleted meanwhile, or the save failed).
+    """
+    from chat.usage import add_usage
+
+    message: Message | None = None
+    try:
+        message = services.do_finish_message(mid, **save)
+    except Exception:
+        log.exception("turn %s could not save its answer", mid)
+    if usage is not None:
         try:
-            await record_usage(
-                self.user_id,
-                model=self.model,
-                tier=self.tier,
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-            )
+            add_usage(*usage)
         except Exception:
-            log.exception("turn %s could not record its usage", self.mid)
+            log.exception("turn %s could not record its usage", mid)
+    if message is None:
+        return None
+    try:
+        return frames.final_message_html_sync(message)
+    except Exception:
+        log.exception("turn %s could not render its answer", mid)
+        return None
 
 
 class TurnRegistry:

@@ -20,9 +20,11 @@ def _today() -> date:
     return datetime.now(UTC).date()
 
 
-def _record_usage(
+def add_usage(
     user_id: int, model: str, tier: str, prompt_tokens: int, completion_tokens: int
 ) -> None:
+    """`record_usage` for code already on the ORM thread."""
+    prompt_tokens, completion_tokens = max(0, prompt_tokens), max(0, completion_tokens)
     day = _today()
     row = Usage.objects.filter(user_id=user_id, day=day, model=model, tier=tier)
     for _attempt in range(2):
@@ -56,7 +58,7 @@ async def record_usage(
     user_id: int, *, model: str, tier: str, prompt_tokens: int, completion_tokens: int
 ) -> None:
     """Add one turn to the user's row for today, model and tier (created on first use)."""
-    await database_sync_to_async(_record_usage)(
+    await database_sync_to_async(add_usage)(
         user_id, model, tier, max(0, prompt_tokens), max(0, completion_tokens)
     )
 
