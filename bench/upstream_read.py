@@ -25,7 +25,7 @@ import httpx
 
 from chat.upstream import Delta, UpstreamClient
 
-VARIANTS = ("httpx", "httpx-sharded", "httpx-aiohttp")
+VARIANTS = ("httpx", "httpx-sharded", "aiohttp")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -36,9 +36,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def make_client(variant: str, base_url: str, pool: int) -> UpstreamClient:
-    client = UpstreamClient(base_url, pool_size=pool, read_timeout=60, total_timeout=600)
     if variant == "httpx":  # one client holding the whole pool, as before sharding
-        client = UpstreamClient(base_url, read_timeout=60, total_timeout=600)
+        client = UpstreamClient(base_url, read_timeout=60, total_timeout=600, backend="httpx")
         client._clients = [  # type: ignore[attr-defined]
             httpx.AsyncClient(
                 base_url=client.http_client.base_url,
@@ -48,32 +47,12 @@ def make_client(variant: str, base_url: str, pool: int) -> UpstreamClient:
         ]
         client._busy = [0]  # type: ignore[attr-defined]
         return client
-    if variant == "httpx-sharded":
-        from chat.upstream import shard_count
-
-        assert client.shards == shard_count(pool), (client.shards, shard_count(pool))
-        return client
-    if variant == "httpx-aiohttp":
-        import aiohttp
-        from httpx_aiohttp import AiohttpTransport
-
-        def session() -> aiohttp.ClientSession:
-            return aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=pool, keepalive_timeout=30)
-            )
-
-        old = client.http_client
-        client._clients = [  # type: ignore[attr-defined]
-            httpx.AsyncClient(
-                base_url=old.base_url,
-                headers=old.headers,
-                timeout=old.timeout,
-                transport=AiohttpTransport(client=session),
-            )
-        ]
-        client._busy = [0]  # type: ignore[attr-defined]
-        return client
-    raise SystemExit(f"unknown variant {variant}")
+    backend = {"httpx-sharded": "httpx", "aiohttp": "aiohttp"}.get(variant)
+    if backend is None:
+        raise SystemExit(f"unknown variant {variant}")
+    return UpstreamClient(
+        base_url, pool_size=pool, read_timeout=60, total_timeout=600, backend=backend
+    )
 
 
 async def run_variant(
@@ -147,6 +126,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     sys.path.insert(0, os.getcwd())
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings")
+    os.environ.setdefault("DJANGO_DEBUG", "1")
+    import django
+
+    django.setup()
     from tests.demo_server import demo_process
 
     runner: Callable[[Any], Any] = asyncio.run

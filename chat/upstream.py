@@ -94,6 +94,12 @@ def _failure(kind: ErrorKind, message: str, **extra: Any) -> UpstreamError:
 MAX_CONNECTIONS_PER_SHARD = 32
 
 
+def _aiohttp_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+    from chat.aiohttp_transport import AiohttpTransport
+
+    return AiohttpTransport(limits=limits)
+
+
 def shard_count(pool_size: int) -> int:
     """How many httpx clients share `pool_size` connections, none over the shard size."""
     return max(1, math.ceil(pool_size / MAX_CONNECTIONS_PER_SHARD))
@@ -121,6 +127,7 @@ class UpstreamClient:
         http2: bool = False,
         keepalive_expiry: float = 30.0,
         trust_env: bool = False,
+        backend: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.connect_timeout = connect_timeout
@@ -129,8 +136,23 @@ class UpstreamClient:
         headers = {"user-agent": "chatsite"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
-        self.shards = shard_count(pool_size)
+        if backend is None:
+            from django.conf import settings
+
+            backend = settings.LLM_HTTP_BACKEND
+        if backend not in ("httpx", "aiohttp"):
+            raise ValueError(f"unknown HTTP backend {backend!r}")
+        if backend == "aiohttp" and http2:
+            raise ValueError("the aiohttp backend speaks HTTP/1.1 only")
+        self.backend = backend
+        # aiohttp's pool has no quadratic bookkeeping: one client holds it all.
+        self.shards = shard_count(pool_size) if backend == "httpx" else 1
         per_shard = math.ceil(pool_size / self.shards)
+        limits = httpx.Limits(
+            max_connections=per_shard,
+            max_keepalive_connections=per_shard,
+            keepalive_expiry=keepalive_expiry,
+        )
         self._clients = [
             httpx.AsyncClient(
                 # The trailing slash makes relative paths ("chat/completions") land under /v1/.
@@ -142,12 +164,9 @@ class UpstreamClient:
                     write=read_timeout,
                     pool=connect_timeout,
                 ),
-                limits=httpx.Limits(
-                    max_connections=per_shard,
-                    max_keepalive_connections=per_shard,
-                    keepalive_expiry=keepalive_expiry,
-                ),
+                limits=limits,
                 http2=http2,
+                transport=_aiohttp_transport(limits) if backend == "aiohttp" else None,
                 # The upstream URL is configured explicitly; proxy variables meant for package
                 # downloads must not silently add a hop to every token.
                 trust_env=trust_env,
@@ -165,6 +184,20 @@ class UpstreamClient:
     def http_clients(self) -> tuple[httpx.AsyncClient, ...]:
         """Every shard's pooled httpx client (diagnostics; do not close them)."""
         return tuple(self._clients)
+
+    def connections_in_use(self) -> int:
+        """Upstream connections busy with a response that is not closed yet (diagnostics)."""
+        from chat.aiohttp_transport import AiohttpTransport
+
+        busy = 0
+        for client in self._clients:
+            transport = client._transport  # httpx keeps no public handle on it
+            if isinstance(transport, AiohttpTransport):
+                busy += transport.in_flight
+            else:
+                pool = transport._pool  # type: ignore[attr-defined]
+                busy += sum(not (c.is_idle() or c.is_closed()) for c in pool.connections)
+        return busy
 
     def _pick(self) -> int:
         """The shard with the fewest streams open, so no shard waits while another has room."""
@@ -559,6 +592,7 @@ def _settings_config() -> tuple[Any, ...]:
         settings.LLM_TOTAL_TIMEOUT,
         settings.LLM_POOL_SIZE,
         settings.LLM_HTTP2,
+        settings.LLM_HTTP_BACKEND,
     )
 
 
@@ -583,7 +617,7 @@ def get_client() -> UpstreamClient:
         task = loop.create_task(entry.client.aclose())
         _closing.add(task)
         task.add_done_callback(_closing.discard)
-    base_url, api_key, connect, read, total, pool, http2 = config
+    base_url, api_key, connect, read, total, pool, http2, backend = config
     client = UpstreamClient(
         base_url,
         api_key,
@@ -592,6 +626,7 @@ def get_client() -> UpstreamClient:
         total_timeout=total,
         pool_size=pool,
         http2=http2,
+        backend=backend,
     )
     _clients[id(loop)] = _LoopClient(weakref.ref(loop), config, client)
     return client

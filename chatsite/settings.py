@@ -190,6 +190,15 @@ LLM_READ_TIMEOUT = envfloat("LLM_READ_TIMEOUT", 60.0, minimum=0.1)
 LLM_TOTAL_TIMEOUT = envfloat("LLM_TOTAL_TIMEOUT", 600.0, minimum=1.0)
 LLM_POOL_SIZE = envint("LLM_POOL_SIZE", 500, minimum=1)
 LLM_HTTP2 = envbool("LLM_HTTP2", False)
+# Who reads the model's stream under httpx: aiohttp (C parser, fewer syscalls per chunk) or
+# httpx's own stack (needed for HTTP/2). docs/decisions/performance.md has the numbers.
+LLM_HTTP_BACKEND = envchoice(
+    "LLM_HTTP_BACKEND", "httpx" if LLM_HTTP2 else "aiohttp", ("aiohttp", "httpx")
+)
+if LLM_HTTP2 and LLM_HTTP_BACKEND == "aiohttp":
+    raise ImproperlyConfigured(
+        "LLM_HTTP2=1 needs LLM_HTTP_BACKEND=httpx (aiohttp speaks HTTP/1.1 only)"
+    )
 LLM_CONTEXT_CHARS = envint("LLM_CONTEXT_CHARS", 24000, minimum=1000)
 LLM_MAX_TOKENS = envint("LLM_MAX_TOKENS", 0, minimum=0)  # 0 = let the server decide
 
@@ -209,6 +218,9 @@ CHAT_CHECKPOINT_SECONDS = envfloat("CHAT_CHECKPOINT_SECONDS", 3.0, minimum=0.1)
 CHAT_LEASE_SECONDS = envfloat("CHAT_LEASE_SECONDS", 15.0, minimum=1.0)
 CHAT_STREAM_LOG_TTL = envint("CHAT_STREAM_LOG_TTL", 3600, minimum=10)
 CHAT_SEND_BUFFER_FRAMES = envint("CHAT_SEND_BUFFER_FRAMES", 2000, minimum=10)
+# Bytes daphne may hold for one websocket that the kernel has not taken (its client stopped
+# reading); past it the connection is aborted (chat/backpressure.py, daphne #170).
+CHAT_SEND_BUFFER_BYTES = envint("CHAT_SEND_BUFFER_BYTES", 4 * 1024 * 1024, minimum=64 * 1024)
 CHAT_METRICS_ALLOW = envlist("CHAT_METRICS_ALLOW", ["127.0.0.1", "::1"])
 # Seconds a SIGTERM'd instance lets running answers finish before saving them as interrupted.
 CHAT_SHUTDOWN_GRACE = envfloat("CHAT_SHUTDOWN_GRACE", 20.0, minimum=0.0)

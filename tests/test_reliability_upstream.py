@@ -27,6 +27,14 @@ from tests.conftest import receive_until_done
 
 pytestmark = pytest.mark.usefixtures("chat_settings")
 
+
+@pytest.fixture(autouse=True, params=["aiohttp", "httpx"])
+def http_backend(request: pytest.FixtureRequest, settings: Any) -> str:
+    """Every failure here is met on both readers of the model's stream (LLM_HTTP_BACKEND)."""
+    settings.LLM_HTTP_BACKEND = request.param
+    return str(request.param)
+
+
 READ_TIMEOUT = 0.5
 TOTAL_TIMEOUT = 1.5
 

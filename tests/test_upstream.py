@@ -32,6 +32,13 @@ from chat.upstream import (
 from tests.demo_server import demo_stats, running_demo_server
 
 
+@pytest.fixture(autouse=True, params=["aiohttp", "httpx"])
+def http_backend(request: pytest.FixtureRequest, settings: Any) -> str:
+    """Every test here runs on both readers of the model's stream (LLM_HTTP_BACKEND)."""
+    settings.LLM_HTTP_BACKEND = request.param
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
 def demo_url() -> Iterator[str]:
     with running_demo_server(ttfb_ms=0, tps=0) as url:
@@ -182,10 +189,36 @@ async def test_cancelling_the_consumer_closes_the_upstream_response(paced_demo_u
     stats = await _wait_for_stats(paced_demo_url, lambda s: s["active"] == 0)
     assert (stats["started"], stats["cancelled"], stats["completed"]) == (1, 1, 0)
     assert stats["tokens_sent"] < 100000
+    assert client.connections_in_use() == 0
     # And the pool is healthy: the next turn works.
     items, error = await collect(client, "/echo still fine")
     assert error is None and joined(items) == "still fine"
     await client.aclose()
+
+
+async def test_a_full_pool_is_a_clear_timeout_and_frees_up_after(paced_demo_url: str) -> None:
+    client = UpstreamClient(paced_demo_url, pool_size=1, connect_timeout=0.3)
+    holder = client.stream_chat(model="demo-full", messages=user("/long 1000"))
+    await anext(holder)  # the one connection is busy
+    _, error = await collect(client, "/echo second")
+    assert error is not None and error.kind == "timeout"
+    assert error.message.startswith("Too many answers in progress")
+    await holder.aclose()
+    items, error = await collect(client, "/echo third")  # the connection came free
+    assert error is None and joined(items) == "third"
+    await client.aclose()
+
+
+def test_the_backend_setting_picks_who_reads_the_stream(http_backend: str) -> None:
+    from chat.aiohttp_transport import AiohttpTransport
+
+    client = UpstreamClient("http://127.0.0.1:9/v1", pool_size=100)
+    assert client.backend == http_backend
+    on_aiohttp = isinstance(client.http_client._transport, AiohttpTransport)  # type: ignore[attr-defined]
+    assert on_aiohttp == (http_backend == "aiohttp")
+    assert client.shards == (1 if on_aiohttp else 4)
+    with pytest.raises(ValueError, match=r"HTTP/1\.1 only"):
+        UpstreamClient("http://127.0.0.1:9/v1", http2=True, backend="aiohttp")
 
 
 async def test_fifty_sequential_turns_reuse_one_connection(paced_demo_url: str) -> None:
@@ -215,7 +248,9 @@ async def test_warm_opens_the_connection_the_first_turn_then_uses(paced_demo_url
 
 
 async def test_warm_opens_a_connection_per_shard_and_turns_use_them(paced_demo_url: str) -> None:
-    client = UpstreamClient(paced_demo_url, pool_size=3 * MAX_CONNECTIONS_PER_SHARD)
+    client = UpstreamClient(
+        paced_demo_url, pool_size=3 * MAX_CONNECTIONS_PER_SHARD, backend="httpx"
+    )
     assert client.shards == 3
     await client.warm()
     await asyncio.gather(*(collect(client, f"/echo {i}") for i in range(3)))
@@ -230,14 +265,16 @@ async def test_warm_opens_a_connection_per_shard_and_turns_use_them(paced_demo_u
 @pytest.mark.parametrize(("pool", "shards"), [(1, 1), (32, 1), (33, 2), (100, 4), (500, 16)])
 def test_the_pool_is_split_into_shards_of_at_most_32(pool: int, shards: int) -> None:
     assert shard_count(pool) == shards
-    client = UpstreamClient("http://127.0.0.1:9/v1", pool_size=pool)
+    client = UpstreamClient("http://127.0.0.1:9/v1", pool_size=pool, backend="httpx")
     assert len(client.http_clients) == shards
     limits = [c._transport._pool._max_connections for c in client.http_clients]  # type: ignore[attr-defined]
     assert max(limits) <= MAX_CONNECTIONS_PER_SHARD and sum(limits) >= pool
 
 
 async def test_streams_go_to_the_least_busy_shard_and_free_it_after(paced_demo_url: str) -> None:
-    client = UpstreamClient(paced_demo_url, pool_size=2 * MAX_CONNECTIONS_PER_SHARD)
+    client = UpstreamClient(
+        paced_demo_url, pool_size=2 * MAX_CONNECTIONS_PER_SHARD, backend="httpx"
+    )
     streams = [
         client.stream_chat(model="demo-full", messages=[{"role": "user", "content": "/long 50"}])
         for _ in range(3)
