@@ -133,15 +133,26 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _send_loop(self) -> None:
         outbox, wakeup = self.outbox, self.wakeup
-        while True:
-            await wakeup.wait()
-            wakeup.clear()
-            while outbox:
-                item = outbox.popleft()
-                if isinstance(item, int):
-                    await self.close(code=item)
-                    return
-                await self.send(text_data=item)
+        try:
+            while True:
+                await wakeup.wait()
+                wakeup.clear()
+                while outbox:
+                    item = outbox.popleft()
+                    if isinstance(item, int):
+                        await self.close(code=item)
+                        return
+                    await self.send(text_data=item)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A socket that cannot send must not stay open and silent: close it; the tab
+            # reconnects and resumes from the stream log.
+            log.exception("socket send failed; closing it")
+            self.too_slow = True
+            self.outbox.clear()
+            with contextlib.suppress(Exception):
+                await self.close(code=1011)
 
     def send_error(self, code: str, message: str, **extra: Any) -> None:
         self.push(frames.error(code, message, **extra))

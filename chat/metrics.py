@@ -96,6 +96,12 @@ upstream_errors = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+ws_slow_reader_closed = Counter(
+    "chat_ws_slow_reader_closed",
+    "Websockets aborted because their client stopped reading: daphne held more than "
+    "CHAT_SEND_BUFFER_BYTES for them (chat/backpressure.py).",
+    registry=REGISTRY,
+)
 
 
 def turn_started(tier: str) -> None:
@@ -140,6 +146,10 @@ def socket_opened(tier: str) -> None:
 
 def rejected(reason: str, channel: str) -> None:
     rate_limit_rejections.labels(reason=reason, channel=channel).inc()
+
+
+def slow_reader_closed() -> None:
+    ws_slow_reader_closed.inc()
 
 
 class _StateCollector(Collector):

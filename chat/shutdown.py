@@ -20,7 +20,8 @@ daphne registers step 5's trigger before ours; left alone, Twisted would call it
 time as ours and kill the sockets and the model streams (the built-in demo model is an HTTP
 application of this very process) at the start of the grace period. So we take it out of
 Twisted's list and call it ourselves at the end. While hooked in, we also make autobahn close a
-frame over daphne's 1 MiB limit with code 1009 instead of dropping the TCP connection.
+frame over daphne's 1 MiB limit with code 1009 instead of dropping the TCP connection, and
+bound what daphne buffers for a tab that stops reading (chat/backpressure.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import weakref
 from typing import Any, Protocol
 
 from django.conf import settings
+
+from chat import backpressure
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +156,7 @@ def install() -> bool:
 
     daphne_kill = _take_daphne_trigger(reactor)
     _close_oversized_frames_cleanly()
+    backpressure.install()  # a tab that stops reading is cut off (daphne #170)
 
     def before_shutdown() -> Deferred[Any]:
         drained = Deferred.fromFuture(asyncio.ensure_future(_drain_safely()))

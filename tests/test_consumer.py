@@ -311,3 +311,38 @@ async def test_resume_of_an_answer_whose_instance_died_shows_it_failed_with_its_
     done = json.loads(await comm.receive_from(timeout=10))
     assert done["type"] == "done" and done["status"] == "failed"
     assert "interrupted" in done["error"]
+
+
+async def test_a_socket_whose_send_fails_is_closed_not_left_silent_and_the_answer_is_kept(
+    connect: Any, owner: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from channels.generic.websocket import AsyncWebsocketConsumer
+
+    comm = await connect(owner)
+    original = AsyncWebsocketConsumer.send
+
+    async def failing_send(self: Any, text_data: str | None = None, **kwargs: Any) -> None:
+        if text_data and '"chunk"' in text_data:
+            raise RuntimeError("the server's send broke")  # what daphne/autobahn may raise
+        await original(self, text_data, **kwargs)
+
+    monkeypatch.setattr(AsyncWebsocketConsumer, "send", failing_send)
+    await comm.send_to(text_data=json.dumps(prompt("/echo kept anyway")))
+    closed = None
+    async with asyncio.timeout(10):
+        while closed is None:
+            output = await comm.receive_output(timeout=10)
+            if output["type"] == "websocket.close":
+                closed = output
+    assert closed["code"] == 1011
+    assert "socket send failed; closing it" in caplog.text
+
+    def answer() -> Message:
+        return Message.objects.filter(role="assistant").latest("id")
+
+    for _ in range(200):  # the turn outlives its socket and saves its answer
+        message = await database_sync_to_async(answer)()
+        if message.status != "streaming":
+            break
+        await asyncio.sleep(0.05)
+    assert message.status == "complete" and message.text == "kept anyway"
