@@ -10,7 +10,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Exists, QuerySet
 from django.utils import timezone
 
 from chat.ids import new_message_id
@@ -223,7 +223,7 @@ def do_start_exchange(
                 user_id=user_id, title=title_from_prompt(text)
             )
             created = True
-        entries = thread(conversation)
+        entries = [] if created else thread(conversation)
         if replaces:
             at = next((i for i, e in enumerate(entries) if e.message.mid == replaces), None)
             if at is None or entries[at].message.role != Message.Role.USER:
@@ -364,7 +364,18 @@ def user_is_active(user_id: int, session_key: str | None) -> bool:
 
     if session_key is None:
         return False
-    if not get_user_model().objects.filter(pk=user_id, is_active=True).exists():
+    active = get_user_model().objects.filter(pk=user_id, is_active=True)
+    if settings.SESSION_ENGINE == "django.contrib.sessions.backends.db":
+        # One query for both (this runs before every prompt): the session row, unexpired,
+        # and its user still active.
+        from django.contrib.sessions.models import Session
+
+        return (
+            Session.objects.filter(session_key=session_key, expire_date__gt=timezone.now())
+            .filter(Exists(active))
+            .exists()
+        )
+    if not active.exists():
         return False
     store = import_module(settings.SESSION_ENGINE).SessionStore
     return bool(store().exists(session_key))

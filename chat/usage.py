@@ -28,15 +28,16 @@ def add_usage(
     day = _today()
     row = Usage.objects.filter(user_id=user_id, day=day, model=model, tier=tier)
     for _attempt in range(2):
+        # F() increments: two turns ending together both count (no read-modify-write). One
+        # UPDATE needs no transaction of its own; only the day's first turn inserts.
+        if row.update(
+            requests=F("requests") + 1,
+            prompt_tokens=F("prompt_tokens") + prompt_tokens,
+            completion_tokens=F("completion_tokens") + completion_tokens,
+        ):
+            return
         try:
             with transaction.atomic():
-                # F() increments: two turns ending together both count (no read-modify-write).
-                if row.update(
-                    requests=F("requests") + 1,
-                    prompt_tokens=F("prompt_tokens") + prompt_tokens,
-                    completion_tokens=F("completion_tokens") + completion_tokens,
-                ):
-                    return
                 Usage.objects.create(
                     user_id=user_id,
                     day=day,
