@@ -16,6 +16,7 @@ COLORS = {
     "direct": "#555555",
     "chatsite": "#1f77b4",
     "chatsite_redis": "#2ca02c",
+    "chatsite_x2": "#9467bd",
     "naive": "#d62728",
 }
 

@@ -83,6 +83,31 @@ class Proc:
         return self.log_path.read_text(errors="replace")[-chars:]
 
 
+@dataclass
+class ProcGroup:
+    """Several server processes measured as one (their CPU and memory summed)."""
+
+    name: str
+    procs: list[Proc]
+
+    @property
+    def base(self) -> str:
+        return self.procs[0].base
+
+    @property
+    def bases(self) -> list[str]:
+        return [p.base for p in self.procs]
+
+    def cpu_seconds(self) -> float:
+        return sum(p.cpu_seconds() for p in self.procs)
+
+    def rss_bytes(self) -> int:
+        return sum(p.rss_bytes() for p in self.procs)
+
+    def log_tail(self, chars: int = 2000) -> str:
+        return "\n".join(p.log_tail(chars // len(self.procs)) for p in self.procs)
+
+
 def machine_cpu() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
     values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]

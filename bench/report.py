@@ -9,6 +9,7 @@ SIDE_NAMES = {
     "direct": "direct from the model",
     "chatsite": "chatsite",
     "chatsite_redis": "chatsite + Redis",
+    "chatsite_x2": "chatsite, 2 processes + Redis",
     "naive": "naive relay",
 }
 

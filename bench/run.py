@@ -37,7 +37,7 @@ from bench.procs import ROOT, Proc
 from bench.summary import difference, ratio
 
 SECTIONS = ("relay", "capacity", "reuse", "first_turn", "browser", "micro")
-SIDES = ("direct", "chatsite", "chatsite_redis", "naive")
+SIDES = ("direct", "chatsite", "chatsite_redis", "chatsite_x2", "naive")
 QUICK_SKIPS = ("micro", "first_turn")
 DEMO_TTFB_MS = 100
 DEMO_TPS = 50.0
@@ -185,6 +185,29 @@ class Bench:
         site.name = name
         return site, cookies
 
+    def site_group(
+        self, name: str, upstream: Proc, *, count: int, users: int
+    ) -> tuple[procs.ProcGroup, list[dict[str, str]]]:
+        """`count` chatsite processes on one database and one Redis prefix: the scale-out
+        topology on one machine (a load balancer's part is played by the clients, which take
+        the processes in turn, so no proxy's CPU is counted)."""
+        database = self.database(name)
+        cookies = procs.make_users(database, users, f"bench-{name}-")
+        group = procs.ProcGroup(name, [])
+        for index in range(count):
+            site = self.stack.enter_context(
+                procs.chatsite(
+                    database,
+                    upstream.base,
+                    redis_prefix=f"{self.prefix}{name}:",
+                    CHAT_INSTANCE_ID=f"{name}_{index}",
+                    **self.server_env,
+                )
+            )
+            site.name = f"{name}-{index}"
+            group.procs.append(site)
+        return group, cookies
+
     async def run(self) -> dict[str, Any]:
         cfg = self.config
         results: dict[str, Any] = {"meta": meta(cfg, self.redis)}
@@ -203,6 +226,9 @@ class Bench:
             }
             for name, (site, cookies) in sites.items():
                 sides[name] = (_socket_factory(site.base, cookies), site)
+            if self.redis and "chatsite_x2" in self.sides:
+                group, cookies = self.site_group("chatsite_x2", demo, count=2, users=users)
+                sides["chatsite_x2"] = (_socket_factory(group.bases, cookies), group)  # type: ignore[dict-item]
             if "naive" in self.sides:
                 naive = self.stack.enter_context(procs.naive_relay(demo.base))
                 sides["naive"] = (_socket_factory(naive.base, [{}]), naive)
@@ -342,10 +368,14 @@ class Bench:
         )
 
 
-def _socket_factory(base: str, cookies: list[dict[str, str]]) -> Callable[[], relay.Client]:
-    """A new socket client per call, each as the next user (round robin)."""
+def _socket_factory(
+    base: str | list[str], cookies: list[dict[str, str]]
+) -> Callable[[], relay.Client]:
+    """A new socket client per call, each as the next user (round robin), on the next of
+    `base` if it names several servers."""
     users = itertools.cycle(cookies)
-    return lambda: SocketClient(base, next(users))
+    bases = itertools.cycle([base] if isinstance(base, str) else base)
+    return lambda: SocketClient(next(bases), next(users))
 
 
 def micro(cfg: Config) -> dict[str, Any]:
