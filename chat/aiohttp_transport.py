@@ -17,6 +17,7 @@ mid-answer, to `ConnectTimeout`; this is the small part of it we need, mapped pr
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -84,7 +85,8 @@ class _Body(httpx.AsyncByteStream):
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """HTTP/1.1 through one pooled `aiohttp.ClientSession` (created on first use)."""
 
-    def __init__(self, *, limits: httpx.Limits) -> None:
+    def __init__(self, *, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
+        self._ssl = ssl_context
         self._limit = limits.max_connections or 0
         self._keepalive = limits.keepalive_expiry
         self._session: aiohttp.ClientSession | None = None
@@ -97,6 +99,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 limit_per_host=0,
                 keepalive_timeout=self._keepalive if self._keepalive is not None else 30.0,
                 use_dns_cache=True,
+                ssl=self._ssl,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,

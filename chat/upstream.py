@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import re
+import ssl
 import weakref
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
@@ -94,10 +95,14 @@ def _failure(kind: ErrorKind, message: str, **extra: Any) -> UpstreamError:
 MAX_CONNECTIONS_PER_SHARD = 32
 
 
-def _aiohttp_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+def _aiohttp_transport(
+    limits: httpx.Limits, verify: ssl.SSLContext | bool
+) -> httpx.AsyncBaseTransport:
     from chat.aiohttp_transport import AiohttpTransport
 
-    return AiohttpTransport(limits=limits)
+    # The same certificate check as httpx's own stack (certifi's CAs unless told otherwise).
+    context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(verify)
+    return AiohttpTransport(limits=limits, ssl_context=context)
 
 
 def shard_count(pool_size: int) -> int:
@@ -128,6 +133,7 @@ class UpstreamClient:
         keepalive_expiry: float = 30.0,
         trust_env: bool = False,
         backend: str | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.connect_timeout = connect_timeout
@@ -166,7 +172,8 @@ class UpstreamClient:
                 ),
                 limits=limits,
                 http2=http2,
-                transport=_aiohttp_transport(limits) if backend == "aiohttp" else None,
+                verify=verify,
+                transport=_aiohttp_transport(limits, verify) if backend == "aiohttp" else None,
                 # The upstream URL is configured explicitly; proxy variables meant for package
                 # downloads must not silently add a hop to every token.
                 trust_env=trust_env,

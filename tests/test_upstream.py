@@ -7,8 +7,11 @@ import contextlib
 import json
 import math
 import socket
+import ssl
+import subprocess
 import threading
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -315,7 +318,10 @@ async def _wait_for_stats(base_url: str, condition: Any) -> dict[str, Any]:
 class CannedServer:
     """Answers every request with the same raw HTTP response bytes and records the requests."""
 
-    def __init__(self, response: bytes, *, close: bool = True) -> None:
+    def __init__(
+        self, response: bytes, *, close: bool = True, tls: ssl.SSLContext | None = None
+    ) -> None:
+        self.tls = tls
         self.response = response
         self.close = close
         self.requests: list[tuple[bytes, bytes]] = []
@@ -326,10 +332,12 @@ class CannedServer:
     def url(self) -> str:
         assert self._server is not None
         port = self._server.sockets[0].getsockname()[1]
+        if self.tls is not None:
+            return f"https://localhost:{port}/v1"
         return f"http://127.0.0.1:{port}/v1"
 
     async def __aenter__(self) -> CannedServer:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.tls)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -402,6 +410,44 @@ async def canned(
         items, error = await collect(client, text)
         await client.aclose()
     return items, error, server
+
+
+@pytest.fixture(scope="module")
+def tls_certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for localhost (openssl, as on any Debian machine)."""
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost"),
+            *("-addext", "subjectAltName=DNS:localhost"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+async def test_an_https_model_server_is_verified_then_streams(
+    tls_certificate: tuple[Path, Path],
+) -> None:
+    cert, key = tls_certificate
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    body = sse(delta("Hello", role="assistant"), delta(" over TLS", finish="stop"))
+    async with CannedServer(http_response(200, body, "text/event-stream"), tls=tls) as server:
+        trusting = UpstreamClient(server.url, verify=ssl.create_default_context(cafile=cert))
+        items, error = await collect(trusting, "hi")
+        await trusting.aclose()
+        assert error is None and joined(items) == "Hello over TLS"
+        # The default trust store does not know a self-signed certificate: refused, clearly.
+        default = UpstreamClient(server.url)
+        _, error = await collect(default, "hi")
+        await default.aclose()
+    assert error is not None and error.kind == "connect"
+    assert "Could not reach the model server" in error.message
+    assert "certificate" in error.message.lower()
 
 
 @pytest.mark.parametrize(
