@@ -15,9 +15,10 @@ already waiting in user space for that connection — autobahn's send queue plus
 transport buffer (`FileDescriptor.dataBuffer[offset:]` plus `_tempDataBuffer`, whose length
 Twisted keeps in `_tempDataLen`). When that is over `CHAT_SEND_BUFFER_BYTES`:
 
-- the frame is dropped and the TCP connection is **aborted** (`abortConnection`: a close
-  frame could not get through a full pipe anyway, and the buffered bytes are freed at once;
-  the client sees a reset);
+- the frame is dropped, every later frame too, and a close frame with code 4408 is queued
+  behind what is buffered; the client cannot answer it while it does not read, so after
+  autobahn's close handshake timeout (1 s) the TCP connection is **aborted** and the buffered
+  bytes are freed (the client sees a reset; one that catches up in time reads 4408);
 - daphne gives the application its normal `websocket.disconnect` (code 1006), so the consumer
   cleans up as for any dropped tab: the turns go on, the answers are completed and saved, and
   a reconnecting tab resumes them from the stream log;
@@ -62,6 +63,7 @@ from django.conf import settings
 log = logging.getLogger(__name__)
 
 DEFAULT_LIMIT_BYTES = 4 * 1024 * 1024
+CLOSE_TOO_SLOW = 4408  # the app's "too slow" close code (chat/consumers.py)
 
 
 def transport_queued_bytes(transport: Any) -> int | None:
@@ -117,6 +119,15 @@ def _cut(protocol: Any, queued: int, limit: int) -> None:
         limit,
         f"{client[0]}:{client[1]}" if client else "unknown",
     )
+    try:
+        # The close frame (4408, as the outbox's own cap sends) goes behind what is queued: a
+        # tab that catches up reads its frames and then why it was cut. autobahn aborts the
+        # connection when the tab does not answer the close within its close handshake
+        # timeout (1 s), which frees the buffer.
+        protocol.sendClose(code=CLOSE_TOO_SLOW, reason="too slow: the socket stopped reading")
+        return
+    except Exception:
+        log.exception("could not send the close frame; aborting at once")
     transport = protocol.transport
     abort = getattr(transport, "abortConnection", None)
     if abort is not None:

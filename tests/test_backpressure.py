@@ -376,7 +376,8 @@ async def test_a_tab_that_stops_reading_is_aborted_and_daphne_stays_bounded(
         # The server cut the stalled tab, said so once, and counted it.
         assert log.count(CUT_LOG) == 1, log
         assert metric(server.base, CUT_METRIC) == 1
-        # The tab saw its connection aborted: no close frame, the rest of its answers dropped.
+        # The tab saw its connection aborted (its 4408 close frame sat behind what it never read,
+        # and went with the abort), the rest of its answers dropped.
         assert seen.ending in ("reset", "eof"), seen.report()
         # The connection is gone on the server's side too, with its kernel send queue.
         assert server_queue_bytes(int(server.base.rsplit(":", 1)[1])) < 64 * 1024
@@ -484,7 +485,7 @@ def test_queued_bytes_reads_a_real_twisted_tcp_transport() -> None:
 
 
 def test_the_wrapper_is_installed_once_and_cuts_only_past_the_limit(settings: Any) -> None:
-    """serverSend: under the limit the frame goes out; past it the transport is aborted once.
+    """serverSend: under the limit the frame goes out; past it the socket is cut once.
 
     And a frame over daphne's incoming message limit still goes out (autobahn would raise).
     """
@@ -524,13 +525,29 @@ def test_the_wrapper_is_installed_once_and_cuts_only_past_the_limit(settings: An
         protocol.transport._tempDataLen += len(payload)
 
     protocol.sendMessage = send_message
+    closes: list[int] = []
+    protocol.sendClose = lambda code, reason: closes.append(code)
     before = metrics.ws_slow_reader_closed._value.get()
     for _ in range(5):
         protocol.serverSend("x" * 400)
     # 0, 400, 800 queued: sent; 1200 > 1000: cut, and nothing more is written or counted.
+    # The cut queues a 4408 close (autobahn aborts when it is not answered within 1 s).
     assert sent == [b"x" * 400] * 3
-    assert protocol.transport.aborted == 1
+    assert closes == [4408] and protocol.transport.aborted == 0
     assert metrics.ws_slow_reader_closed._value.get() == before + 1
+    # A protocol that cannot send a close frame is aborted at once.
+    other = WebSocketProtocol.__new__(WebSocketProtocol)
+    other.transport = Transport()
+    other.transport._tempDataLen = 5000
+    other.client_addr = None
+    other.send_queue = []
+
+    def cannot_close(code: int, reason: str) -> None:
+        raise RuntimeError("closing")
+
+    other.sendClose = cannot_close
+    other.serverSend("y")
+    assert other.transport.aborted == 1
     # Our own frames are not held to the incoming limit; it is back for the client's.
     assert limits_seen == [0, 0, 0]
     assert protocol.maxMessagePayloadSize == 100
