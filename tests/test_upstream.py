@@ -695,3 +695,14 @@ async def test_get_client_is_one_client_per_loop_built_from_settings(settings: A
     assert get_client() is not changed
     await close_client()
     assert id(asyncio.get_running_loop()) not in upstream._clients
+
+
+def test_the_backend_settings_are_checked_at_start() -> None:
+    from tests.test_security_socket_auth import PRODUCTION, run_settings
+
+    loaded = run_settings(**PRODUCTION, LLM_HTTP2="1")  # HTTP/2 picks the httpx backend
+    assert loaded.returncode == 0, loaded.stderr
+    clash = run_settings(**PRODUCTION, LLM_HTTP2="1", LLM_HTTP_BACKEND="aiohttp")
+    assert clash.returncode != 0 and "LLM_HTTP_BACKEND=httpx" in clash.stderr
+    unknown = run_settings(**PRODUCTION, LLM_HTTP_BACKEND="curl")
+    assert unknown.returncode != 0 and "LLM_HTTP_BACKEND" in unknown.stderr
