@@ -78,12 +78,13 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.user_id: int = user.pk
         self.tier = self.scope["tier"]
         self.outbox: deque[str | int] = deque()  # an int is a close code, sent in order
-        self.too_slow = False  # the outbox overflowed: only the close is left to send
-        self.wakeup = asyncio.Event()
+        self.sealed = False  # a close is queued or sent: no more frames are taken
+        # The task that drains the outbox, only while it has frames: an idle socket holds no
+        # task and no event (memory per idle socket, docs/benchmarks.md).
+        self.sender: asyncio.Task[None] | None = None
         self.watching: dict[str, asyncio.Task[None] | Turn] = {}
         self.group = f"user.{self.user_id}"
         await self.accept()
-        self.sender = asyncio.get_running_loop().create_task(self._send_loop())
         shutdown.sockets.add(self)  # a graceful shutdown closes it (4503: reconnect)
         metrics.socket_opened(self.tier.tier)
         await self._join_group()
@@ -107,7 +108,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             else:
                 watch.cancel()
             self.watching.pop(mid, None)
-        self.sender.cancel()
+        if self.sender is not None:
+            self.sender.cancel()
+        self.sealed = True
         shutdown.socket_closed(self)
         with contextlib.suppress(*LAYER_DOWN):  # a restarted Redis forgot the group anyway
             await self.channel_layer.group_discard(self.group, self.channel_name)
@@ -115,44 +118,49 @@ class ChatConsumer(AsyncWebsocketConsumer):
     # --- the ordered outbox ---------------------------------------------------------------
     def push(self, frame: str) -> None:
         """Queue a frame (turns call this from their flush); never blocks."""
-        if self.too_slow:
+        if self.sealed:
             return  # its close is queued; the tab resumes from the log once it reconnects
         if len(self.outbox) >= settings.CHAT_SEND_BUFFER_FRAMES:
             # A tab that stops reading must not grow our memory without bound (PITFALLS).
             log.warning("closing a socket whose outbox is full (%d frames)", len(self.outbox))
-            self.too_slow = True
             self.outbox.clear()
             self.close_after_sending(CLOSE_TOO_SLOW)
             return
         self.outbox.append(frame)
-        self.wakeup.set()
+        if self.sender is None:
+            self.sender = asyncio.get_running_loop().create_task(self._drain())
 
     def close_after_sending(self, code: int) -> None:
+        if self.sealed:
+            return
+        self.sealed = True
         self.outbox.append(code)
-        self.wakeup.set()
+        if self.sender is None:
+            self.sender = asyncio.get_running_loop().create_task(self._drain())
 
-    async def _send_loop(self) -> None:
-        outbox, wakeup = self.outbox, self.wakeup
+    async def _drain(self) -> None:
+        """Send what the outbox holds, in order, then end (the next push starts another)."""
+        outbox = self.outbox
         try:
-            while True:
-                await wakeup.wait()
-                wakeup.clear()
-                while outbox:
-                    item = outbox.popleft()
-                    if isinstance(item, int):
-                        await self.close(code=item)
-                        return
-                    await self.send(text_data=item)
+            while outbox:
+                item = outbox.popleft()
+                if isinstance(item, int):
+                    outbox.clear()
+                    await self.close(code=item)
+                    return
+                await self.send(text_data=item)
         except asyncio.CancelledError:
             raise
         except Exception:
             # A socket that cannot send must not stay open and silent: close it; the tab
             # reconnects and resumes from the stream log.
             log.exception("socket send failed; closing it")
-            self.too_slow = True
-            self.outbox.clear()
+            self.sealed = True
+            outbox.clear()
             with contextlib.suppress(Exception):
                 await self.close(code=1011)
+        finally:
+            self.sender = None
 
     def send_error(self, code: str, message: str, **extra: Any) -> None:
         self.push(frames.error(code, message, **extra))
