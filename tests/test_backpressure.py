@@ -222,17 +222,27 @@ def metric(base: str, name: str) -> float:
     return 0.0
 
 
-def answers_of(database: Path, username: str) -> list[tuple[str, str]]:
-    """(status, text) of the user's assistant messages."""
+def _assistant_messages(database: Path, username: str, columns: str) -> list[tuple[Any, ...]]:
+    """`columns` of the user's assistant messages, oldest first."""
     with contextlib.closing(sqlite3.connect(database, timeout=30)) as db:
-        rows = db.execute(
-            "SELECT m.status, m.text FROM chat_message m "
+        return db.execute(
+            f"SELECT {columns} FROM chat_message m "  # the columns are ours, never input
             "JOIN chat_conversation c ON m.conversation_id = c.id "
             "JOIN auth_user u ON c.user_id = u.id "
             "WHERE u.username = ? AND m.role = 'assistant' ORDER BY m.id",
             (username,),
         ).fetchall()
+
+
+def answers_of(database: Path, username: str) -> list[tuple[str, str]]:
+    """(status, text) of the user's assistant messages."""
+    rows = _assistant_messages(database, username, "m.status, m.text")
     return [(str(status), str(text)) for status, text in rows]
+
+
+def statuses_of(database: Path, username: str) -> list[str]:
+    """Their statuses only: polled while answers of megabytes are being written."""
+    return [str(status) for (status,) in _assistant_messages(database, username, "m.status")]
 
 
 async def eventually(condition: Any, timeout: float, what: str) -> None:
@@ -254,18 +264,6 @@ def server_queue_bytes(port: int) -> int:
 
 
 # --- the tests --------------------------------------------------------------------------------
-
-
-def statuses_of(database: Path, username: str) -> list[str]:
-    with contextlib.closing(sqlite3.connect(database, timeout=30)) as db:
-        rows = db.execute(
-            "SELECT m.status FROM chat_message m "
-            "JOIN chat_conversation c ON m.conversation_id = c.id "
-            "JOIN auth_user u ON c.user_id = u.id "
-            "WHERE u.username = ? AND m.role = 'assistant'",
-            (username,),
-        ).fetchall()
-    return [str(status) for (status,) in rows]
 
 
 async def answers_finished(database: Path, username: str, count: int) -> None:
