@@ -244,24 +244,36 @@ class Turn:
             seconds=asyncio.get_running_loop().time() - self._started,
         )
         # One trip to the ORM thread: save the answer, record its usage, render it.
-        final_html = await database_sync_to_async(_save_answer)(
-            self.mid,
-            dict(
-                text=text,
-                status=status,
-                error=error,
-                chunk_count=len(self.chunks),
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                usage_estimated=usage.estimated,
-                ttft_ms=self._ttft_ms,
-            ),
-            usage=(
-                (self.user_id, self.model, self.tier, usage.prompt_tokens, usage.completion_tokens)
-                if self._charged(status, usage)
-                else None
-            ),
-        )
+        final_html: str | None = None
+        try:
+            final_html = await database_sync_to_async(_save_answer)(
+                self.mid,
+                dict(
+                    text=text,
+                    status=status,
+                    error=error,
+                    chunk_count=len(self.chunks),
+                    prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens,
+                    usage_estimated=usage.estimated,
+                    ttft_ms=self._ttft_ms,
+                ),
+                usage=(
+                    (
+                        self.user_id,
+                        self.model,
+                        self.tier,
+                        usage.prompt_tokens,
+                        usage.completion_tokens,
+                    )
+                    if self._charged(status, usage)
+                    else None
+                ),
+            )
+        except Exception:
+            # _save_answer logs its own failures; this is the trip itself failing. The tab
+            # still gets its `done`; the lease marks the answer failed with its checkpoint.
+            log.exception("turn %s could not reach the database to finish", self.mid)
         tokens_left = await self._settle_limits(status, usage)
         done = frames.done(
             self.mid,

@@ -346,3 +346,19 @@ async def test_a_socket_whose_send_fails_is_closed_not_left_silent_and_the_answe
             break
         await asyncio.sleep(0.05)
     assert message.status == "complete" and message.text == "kept anyway"
+
+
+async def test_a_turn_whose_database_trip_fails_still_sends_done(
+    connect: Any, owner: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import chat.turns
+
+    def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the database went away")  # what a broken connection would raise
+
+    monkeypatch.setattr(chat.turns, "_save_answer", unreachable)
+    comm = await connect(owner)
+    await comm.send_to(text_data=json.dumps(prompt("/echo still told")))
+    result = await receive_until_done(comm)
+    assert result["text"] == "still told" and result["done"]["status"] == "complete"
+    assert "could not reach the database to finish" in caplog.text
