@@ -223,41 +223,34 @@ def chatsite(
     extra = {"DATABASE_URL": database_url, "LLM_BASE_URL": upstream, "PORT": str(port)}
     if redis_prefix is not None:
         extra.update(REDIS_URL=REDIS_URL, CHAT_REDIS_PREFIX=redis_prefix)
-    workdir = Path(tempfile.mkdtemp(prefix="chatsite-bench-"))
-    log_path = workdir / "server.log"
-    with log_path.open("wb") as log:
-        popen = subprocess.Popen(
-            [DAPHNE, "-b", "127.0.0.1", "-p", str(port), "chatsite.asgi:application"],
-            cwd=ROOT,
-            env=server_env(**extra, **env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            _wait_for_port(port, popen, log_path)
-            yield Proc("chatsite", popen, f"http://127.0.0.1:{port}", log_path)
-        finally:
-            _stop(popen)
-    shutil.rmtree(workdir, ignore_errors=True)
+    with _daphne("chatsite", "chatsite.asgi:application", port, server_env(**extra, **env)) as proc:
+        yield proc
 
 
 @contextlib.contextmanager
 def naive_relay(upstream: str) -> Iterator[Proc]:
     """The naive baseline relay (bench/naive_relay.py) under daphne."""
-    port = free_port()
-    workdir = Path(tempfile.mkdtemp(prefix="naive-relay-"))
+    env = {**os.environ, "NAIVE_UPSTREAM": upstream, "PYTHONUNBUFFERED": "1"}
+    with _daphne("naive", "bench.naive_relay:application", free_port(), env) as proc:
+        yield proc
+
+
+@contextlib.contextmanager
+def _daphne(name: str, app: str, port: int, env: dict[str, str]) -> Iterator[Proc]:
+    """One daphne process serving `app` on `port`, its output in a temporary log; stopped after."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"{name}-bench-"))
     log_path = workdir / "server.log"
     with log_path.open("wb") as log:
         popen = subprocess.Popen(
-            [DAPHNE, "-b", "127.0.0.1", "-p", str(port), "bench.naive_relay:application"],
+            [DAPHNE, "-b", "127.0.0.1", "-p", str(port), app],
             cwd=ROOT,
-            env={**os.environ, "NAIVE_UPSTREAM": upstream, "PYTHONUNBUFFERED": "1"},
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         try:
             _wait_for_port(port, popen, log_path)
-            yield Proc("naive", popen, f"http://127.0.0.1:{port}", log_path)
+            yield Proc(name, popen, f"http://127.0.0.1:{port}", log_path)
         finally:
             _stop(popen)
     shutil.rmtree(workdir, ignore_errors=True)
