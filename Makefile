@@ -30,6 +30,7 @@ run: migrate
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	DJANGO_DEBUG=1 $(BIN)/mypy chat chatsite
@@ -40,18 +41,28 @@ vendor-check: $(STAMP)
 test-js:
 	node --test tests/js/
 
+# One pass in $(JOBS) workers (pytest-xdist), a whole file per worker at a time, the slowest
+# files first (tests/conftest.py SLOW_FIRST; xdist's own reordering by test count is off): the
+# browser tests run beside the others, each file with its own Chromium and servers.
+# JOBS=0 runs everything in this process. docs/decisions/test-parallelism.md.
+JOBS ?= 2
 test-python: $(STAMP)
-	$(BIN)/pytest -m "not real_upstream" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not real_upstream" -n $(JOBS) --dist loadfile --no-loadscope-reorder \
+	  $(PYTEST_ARGS)
 
-# Everything: style, types, vendored files, the JS modules and the Python suite (incl. browser).
+# Everything: style, the house's import contracts, types, vendored files, the JS modules and
+# the Python suite (incl. browser).
 test: lint typecheck vendor-check test-js test-python
 
 test-real-upstream: $(STAMP)
 	bash scripts/real_upstream.sh
 
+# Quick: the harness at a small size (its smoke test runs in `make test`); never the peer.
 bench: $(STAMP)
 	$(BIN)/python -m bench.run --quick
 
+# The published numbers, with the peer (LiteLLM proxy) beside chatsite: installed into
+# bench/.peer-venv on first use (minutes), skipped with a one-line message if it cannot be.
 bench-full: $(STAMP)
 	$(BIN)/python -m bench.run --full
 
@@ -62,4 +73,4 @@ screenshots: $(STAMP)
 	SCREENSHOTS=1 $(BIN)/pytest tests/browser/test_screenshots.py -q
 
 clean:
-	rm -rf $(VENV) staticfiles .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) bench/.peer-venv staticfiles .pytest_cache .mypy_cache .ruff_cache

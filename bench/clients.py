@@ -1,7 +1,8 @@
-"""The benchmarks' load clients: a lean SSE client for the demo model and a chat socket client.
+"""The benchmarks' load clients: lean SSE clients (for a model or a proxy) and a chat socket client.
 
-Both time one answer the same way — from sending the request (or prompt frame) to each token's
-arrival, to the end — so "direct from the model" and "through a relay" compare like for like.
+All three time one answer the same way — from sending the request (or prompt frame) to each
+token's arrival, to the end — so "direct from the model" and "through a relay" compare like for
+like.
 They run in the benchmark's own process on the same 2-core machine as the servers, so their CPU
 competes with what they measure; the runner records how much they used.
 """
@@ -103,14 +104,8 @@ class DirectClient:
             with contextlib.suppress(ConnectionError, OSError):
                 await self.writer.wait_closed()
 
-    async def turn(
-        self, prompt: str, tokens: int, timeout: float, offsets: list[int] | None = None
-    ) -> TurnRecord:
-        """One answer; `offsets` is unused here (each SSE event is one token)."""
-        record = TurnRecord(tokens)
-        if self.reader is None or self.writer is None:
-            await self.open()
-        assert self.reader is not None and self.writer is not None
+    def request(self, prompt: str, headers: str = "") -> bytes:
+        """The HTTP request of one streamed chat completion (usage included, as chatsite asks)."""
         body = json.dumps(
             {
                 "model": self.model,
@@ -120,20 +115,27 @@ class DirectClient:
             }
         ).encode()
         head = (
-            f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n{headers}"
             "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode()
+        return head + body
+
+    async def turn(
+        self, prompt: str, tokens: int, timeout: float, offsets: list[int] | None = None
+    ) -> TurnRecord:
+        """One answer; `offsets` is unused here (each SSE event is one token)."""
+        record = TurnRecord(tokens)
+        if self.reader is None or self.writer is None:
+            await self.open()
+        assert self.reader is not None and self.writer is not None
+        request = self.request(prompt)
         reader, clock = self.reader, time.perf_counter
         start = record.started_at = clock()
         try:
             async with asyncio.timeout(timeout):
-                self.writer.write(head + body)
-                headers = await reader.readuntil(b"\r\n\r\n")
-                if not headers.startswith(b"HTTP/1.1 200"):
-                    raise RuntimeError(headers.split(b"\r\n", 1)[0].decode())
-                if b"chunked" not in headers.lower():
-                    raise RuntimeError("expected a chunked streaming response")
+                self.writer.write(request)
+                await read_stream_head(reader)
                 times = record.token_times
                 while True:
                     size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
@@ -152,6 +154,82 @@ class DirectClient:
             await self.close()
             self.reader = self.writer = None
         return record
+
+
+class ProxyClient(DirectClient):
+    """Streams chat completions through an OpenAI-compatible proxy (the peer, LiteLLM).
+
+    The same request and the same keep-alive connection as `DirectClient`, but a proxy
+    re-encodes the events (LiteLLM sends a role-only first delta with `"content":""`) and may
+    regroup them, so tokens are not counted by a byte pattern: each event's JSON is parsed
+    and its content's characters are mapped back to token arrivals with `offsets`, as
+    `SocketClient` does with chunk frames. The time is taken when the bytes arrive, before
+    parsing them.
+    """
+
+    def __init__(self, base_url: str, api_key: str, model: str = "demo-full") -> None:
+        super().__init__(base_url, model)
+        self.auth = f"Authorization: Bearer {api_key}\r\n"
+
+    async def turn(
+        self, prompt: str, tokens: int, timeout: float, offsets: list[int] | None = None
+    ) -> TurnRecord:
+        record = TurnRecord(tokens)
+        if self.reader is None or self.writer is None or self.reader.at_eof():
+            # A keep-alive connection the proxy closed while it was idle: open a new one.
+            await self.close()
+            await self.open()
+        assert self.reader is not None and self.writer is not None
+        offsets = offsets if offsets is not None else answer_offsets(tokens)
+        request = self.request(prompt, self.auth)
+        reader, clock = self.reader, time.perf_counter
+        chars, pending = 0, b""
+        start = record.started_at = clock()
+        try:
+            async with asyncio.timeout(timeout):
+                self.writer.write(request)
+                await read_stream_head(reader)
+                times = record.token_times
+                while True:
+                    size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
+                    if size == 0:
+                        await reader.readuntil(b"\r\n")
+                        break
+                    data = await reader.readexactly(size + 2)
+                    now = clock() - start
+                    # An event may span HTTP chunks: parse complete events only.
+                    events, _, pending = (pending + data[:-2]).rpartition(b"\n\n")
+                    added = sum(_content_chars(line) for line in events.split(b"\n"))
+                    if added:
+                        chars += added
+                        reached = bisect.bisect_right(offsets, chars)
+                        times.extend([now] * (reached - len(times)))
+                        record.frames += 1
+                record.done = clock() - start
+                if chars != (offsets[-1] if offsets else 0):
+                    record.error = f"answer has {chars} chars, expected {offsets[-1]}"
+        except Exception as exc:  # a benchmark records failures instead of stopping
+            record.error = f"{type(exc).__name__}: {exc}"[:200]
+            await self.close()
+            self.reader = self.writer = None
+        return record
+
+
+async def read_stream_head(reader: asyncio.StreamReader) -> None:
+    """Read a streamed response's status line and headers; anything but a chunked 200 fails."""
+    headers = await reader.readuntil(b"\r\n\r\n")
+    if not headers.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(headers.split(b"\r\n", 1)[0].decode())
+    if b"chunked" not in headers.lower():
+        raise RuntimeError("expected a chunked streaming response")
+
+
+def _content_chars(line: bytes) -> int:
+    """Characters of answer text in one SSE line (`data: {...}`); 0 for anything else."""
+    if not line.startswith(b"data: {"):
+        return 0  # blank lines, comments, `data: [DONE]`
+    choices = json.loads(line[6:]).get("choices") or ()
+    return sum(len((c.get("delta") or {}).get("content") or "") for c in choices)
 
 
 class SocketClient:

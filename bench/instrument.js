@@ -8,6 +8,7 @@
     t0: 0,
     chunkFrames: 0,
     chunkToPaint: [], // ms from a chunk frame's arrival to the end of the next painted frame
+    htmlFrames: [], // [arrival, length] of each HTML frame (the answer's final HTML is the longest)
     longTasks: [], // [startTime, duration]
     heap: [], // usedJSHeapSize samples (bytes)
     appRafCallbacks: 0,
@@ -16,6 +17,7 @@
       this.t0 = performance.now();
       this.chunkFrames = 0;
       this.chunkToPaint = [];
+      this.htmlFrames = [];
       this.longTasks = [];
       this.heap = [];
       this.appRafCallbacks = 0;
@@ -54,6 +56,9 @@
     if (typeof listener !== "function") return listener;
     return function (event) {
       if (isChunk(event.data)) noteChunk();
+      else if (typeof event.data === "string" && event.data.charCodeAt(0) !== 123) {
+        bench.htmlFrames.push([performance.now(), event.data.length]);
+      }
       return listener.call(this, event);
     };
   }

@@ -1,4 +1,4 @@
-"""Benchmark: what the limiter adds to each chat turn (admit + settle), on Redis and in memory.
+"""Benchmark: what the limiter adds to each chat turn (admit, resize, settle), Redis and memory.
 
 Usage: .venv/bin/python bench/limiter_cost.py [--calls 5000] [--redis redis://127.0.0.1:6379/0]
 Prints a Markdown table; docs/decisions/rate-limiting.md quotes it. Not a test: timings vary
@@ -28,7 +28,8 @@ django.setup()
 
 import redis  # noqa: E402
 
-from chat.ratelimit import Admission, Limiter, UserLimits  # noqa: E402
+from chat.limits.limiter import Admission, Limiter  # noqa: E402
+from chat.limits.plans import UserLimits  # noqa: E402
 
 # The shipped defaults: two windows, a daily quota and two streams, so every step runs.
 LIMITS = UserLimits(
@@ -50,30 +51,37 @@ def pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+async def one_turn(limiter: Limiter, user: int) -> tuple[float, float, float, float]:
+    """A turn under a quota as the product makes it: admitted for the new text and a whole
+    answer, fitted to its prompt once known (one resize), settled. Returns the step times."""
+    t0 = time.perf_counter()
+    admission = await limiter.admit(user, estimate_tokens=600, at_least=40)
+    t1 = time.perf_counter()
+    assert isinstance(admission, Admission), admission
+    await admission.resize(700)
+    t2 = time.perf_counter()
+    await admission.settle(250)
+    t3 = time.perf_counter()
+    return t0, t1, t2, t3
+
+
 async def sequential(limiter: Limiter, calls: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"admit": [], "settle": [], "admit+settle": []}
+    times: dict[str, list[float]] = {"admit": [], "resize": [], "settle": [], "turn": []}
     for i in range(calls):
-        user = i % USERS
-        t0 = time.perf_counter()
-        admission = await limiter.admit(user, estimate_tokens=600)
-        t1 = time.perf_counter()
-        assert isinstance(admission, Admission), admission
-        await admission.settle(250)
-        t2 = time.perf_counter()
+        t0, t1, t2, t3 = await one_turn(limiter, i % USERS)
         times["admit"].append((t1 - t0) * 1e6)
-        times["settle"].append((t2 - t1) * 1e6)
-        times["admit+settle"].append((t2 - t0) * 1e6)
+        times["resize"].append((t2 - t1) * 1e6)
+        times["settle"].append((t3 - t2) * 1e6)
+        times["turn"].append((t3 - t0) * 1e6)
     return times
 
 
 async def concurrent(limiter: Limiter, calls: int, tasks: int) -> float:
-    """Admit+settle pairs per second with `tasks` turns in flight at once."""
+    """Turns (admit, resize, settle) per second with `tasks` turns in flight at once."""
 
     async def worker(offset: int) -> None:
         for i in range(offset, calls, tasks):
-            admission = await limiter.admit(USERS + i % USERS, estimate_tokens=600)
-            if isinstance(admission, Admission):
-                await admission.settle(250)
+            await one_turn(limiter, USERS + i % USERS)
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(k) for k in range(tasks)))
@@ -104,7 +112,7 @@ async def measure(name: str, url: str, calls: int) -> list[str]:
             f"| {name} | {step} | {pct(samples, 0.5):.0f} | {pct(samples, 0.95):.0f} | "
             f"{pct(samples, 0.99):.0f} | {statistics.fmean(samples):.0f} |"
         )
-    rows.append(f"| {name} | 50 turns in flight | {rate:,.0f} admit+settle/s | | | |")
+    rows.append(f"| {name} | 50 turns in flight | {rate:,.0f} turns/s | | | |")
     return rows
 
 
@@ -117,7 +125,7 @@ async def main() -> None:
     version = r.info("server")["redis_version"]
     r.close()
     print(
-        f"{args.calls} sequential admit+settle per backend, {USERS} users, "
+        f"{args.calls} sequential turns (admit, resize, settle) per backend, {USERS} users, "
         f"limits {LIMITS.rate}, {LIMITS.daily_tokens} tokens/day, {LIMITS.max_streams} streams; "
         f"Python {platform.python_version()}, Redis {version} on localhost, {platform.machine()}"
     )

@@ -18,6 +18,7 @@ COLORS = {
     "chatsite_redis": "#2ca02c",
     "chatsite_x2": "#9467bd",
     "naive": "#d62728",
+    "litellm": "#ff7f0e",
 }
 
 

@@ -42,6 +42,8 @@ UNLIMITED = {
     "CHAT_MAX_CONCURRENT_STREAMS": "1000",
     "CHAT_DAILY_TOKENS": "0",
     "CHAT_HTTP_RATE_LIMIT": "100000/minute",
+    # Every simulated user connects from 127.0.0.1: no cap on sockets per address.
+    "CHAT_MAX_SOCKETS_PER_ADDRESS": "0",
 }
 
 
@@ -72,9 +74,16 @@ class Proc:
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
     def rss_bytes(self) -> int:
+        return self._status_kib("VmRSS:") * 1024
+
+    def rss_peak_bytes(self) -> int:
+        """The most resident memory the process has had since it started (its high-water mark)."""
+        return self._status_kib("VmHWM:") * 1024
+
+    def _status_kib(self, key: str) -> int:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+            if line.startswith(key):
+                return int(line.split()[1])
         return 0
 
     def log_tail(self, chars: int = 2000) -> str:
@@ -104,6 +113,9 @@ class ProcGroup:
     def rss_bytes(self) -> int:
         return sum(p.rss_bytes() for p in self.procs)
 
+    def rss_peak_bytes(self) -> int:
+        return sum(p.rss_peak_bytes() for p in self.procs)
+
     def log_tail(self, chars: int = 2000) -> str:
         return "\n".join(p.log_tail(chars // len(self.procs)) for p in self.procs)
 
@@ -122,7 +134,8 @@ def own_cpu_seconds() -> float:
     return times.user + times.system
 
 
-def _stop(popen: subprocess.Popen[bytes]) -> None:
+def stop(popen: subprocess.Popen[bytes]) -> None:
+    """Terminate a server we started, then kill it if it has not exited in 10 s."""
     if popen.poll() is None:
         popen.terminate()
         try:
@@ -132,9 +145,11 @@ def _stop(popen: subprocess.Popen[bytes]) -> None:
             popen.wait()
 
 
-def _wait_for_port(port: int, popen: subprocess.Popen[bytes], log: Path | None) -> None:
+def wait_for_port(
+    port: int, popen: subprocess.Popen[bytes], log: Path | None, seconds: float = STARTUP_SECONDS
+) -> None:
     """Wait until the port accepts TCP; no HTTP request, so the app stays cold."""
-    deadline = time.monotonic() + STARTUP_SECONDS
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if popen.poll() is not None:
             tail = log.read_text(errors="replace")[-2000:] if log else ""
@@ -144,7 +159,7 @@ def _wait_for_port(port: int, popen: subprocess.Popen[bytes], log: Path | None) 
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on port {port} after {STARTUP_SECONDS} s")
+    raise RuntimeError(f"nothing listening on port {port} after {seconds:g} s")
 
 
 @contextlib.contextmanager
@@ -249,10 +264,10 @@ def _daphne(name: str, app: str, port: int, env: dict[str, str]) -> Iterator[Pro
             stderr=subprocess.STDOUT,
         )
         try:
-            _wait_for_port(port, popen, log_path)
+            wait_for_port(port, popen, log_path)
             yield Proc(name, popen, f"http://127.0.0.1:{port}", log_path)
         finally:
-            _stop(popen)
+            stop(popen)
     shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -309,3 +324,8 @@ def make_users(database_url: str, count: int, prefix: str) -> list[dict[str, str
     )
     keys = json.loads(done.stdout.strip().splitlines()[-1])["sessionid"]
     return [{"sessionid": key} for key in keys]
+
+
+def log(message: str) -> None:
+    """A progress line of the benchmark, on stderr."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

@@ -53,6 +53,10 @@ class Meter:
         # CPU the machine spent on anything but the servers and this client: other work on
         # a shared box shows up here, and a large value makes the window's numbers suspect.
         self.other = (busy1 - busy0) - sum(self.cpu.values()) - self.own
+        # Resident memory at the end of the window and the process's high-water mark so far
+        # (the runs go up in N, so that is the peak of the largest load yet).
+        self.rss = {p.name: p.rss_bytes() for p in self.watched}
+        self.rss_peak = {p.name: p.rss_peak_bytes() for p in self.watched}
 
     def report(self) -> dict[str, Any]:
         return {
@@ -62,6 +66,8 @@ class Meter:
             # Of the machine's 2 cores: 100 % means both were busy the whole window.
             "machine_busy_pct": round(self.machine_busy * 100, 1),
             "other_cpu_ms": round(self.other * 1000, 1),
+            "rss_mib": {name: round(b / 2**20, 1) for name, b in self.rss.items()},
+            "rss_peak_mib": {name: round(b / 2**20, 1) for name, b in self.rss_peak.items()},
         }
 
 
@@ -101,7 +107,7 @@ async def relay_side(
     relay: Proc | None,
     demo: Proc,
 ) -> dict[str, Any]:
-    """N concurrent answers on one side (direct, chatsite, chatsite + Redis, naive relay)."""
+    """N concurrent answers on one side (direct, chatsite, chatsite + Redis, naive relay, peer)."""
     clients = [make_client() for _ in range(n)]
     open_failures = await open_all(clients)
     watched = [demo] if relay is None else [demo, relay]
@@ -122,6 +128,8 @@ async def relay_side(
     result["client_cpu_ms_per_1k_tokens"] = round(meter.own * 1e6 / relayed, 1)
     if relay is not None:
         result["server_cpu_ms_per_1k_tokens"] = round(meter.cpu[relay.name] * 1e6 / relayed, 1)
+        result["server_rss_mib"] = round(meter.rss[relay.name] / 2**20, 1)
+        result["server_rss_peak_mib"] = round(meter.rss_peak[relay.name] / 2**20, 1)
     return result
 
 

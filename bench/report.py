@@ -11,7 +11,10 @@ SIDE_NAMES = {
     "chatsite_redis": "chatsite + Redis",
     "chatsite_x2": "chatsite, 2 processes + Redis",
     "naive": "naive relay",
+    "litellm": "LiteLLM proxy",
 }
+# The peer table sets the peer beside these sides of the same run.
+PEER_BESIDE = ("chatsite", "chatsite_redis", "litellm")
 
 
 def _p(d: dict[str, Any] | None, digits: int = 1) -> str:
@@ -49,6 +52,7 @@ def relay_tables(relay: dict[str, Any]) -> str:
                     s.get("server_cpu_ms_per_1k_tokens", DASH),
                     s["demo_cpu_ms_per_1k_tokens"],
                     s["client_cpu_ms_per_1k_tokens"],
+                    s.get("server_rss_peak_mib", DASH),
                     s["usage"]["machine_busy_pct"],
                 ]
             )
@@ -67,12 +71,65 @@ def relay_tables(relay: dict[str, Any]) -> str:
                 "server CPU ms/1k tok",
                 "model CPU ms/1k tok",
                 "client CPU ms/1k tok",
+                "server RSS peak MiB",
                 "machine busy %",
             ],
             rows,
         )
     )
     return "\n".join(out)
+
+
+def _q(d: dict[str, Any] | None, q: str, digits: int = 1) -> str:
+    return f"{d[q]:.{digits}f}" if d and q in d else DASH
+
+
+def peer_table(relay: dict[str, Any], peer: dict[str, Any]) -> str:
+    """chatsite beside the peer at every N of the relay runs: what each adds to the model."""
+    if peer.get("skipped"):
+        return f"{peer['name']} skipped: {peer['skipped']}\n"
+    rows = []
+    for n, sides in relay["by_n"].items():
+        direct_done = sides["direct"]["done_ms"]
+        for name in PEER_BESIDE:
+            s = sides.get(name)
+            if s is None:
+                continue
+            # When the client sees the end of the stream ([DONE], or chatsite's `done`).
+            added_done = (
+                f"{s['done_ms']['p50'] - direct_done['p50']:.1f}"
+                if "p50" in s["done_ms"] and "p50" in direct_done
+                else DASH
+            )
+            rows.append(
+                [
+                    n,
+                    SIDE_NAMES[name],
+                    f"{s['ok']}/{s['turns']}",
+                    _q(s.get("added_ttft_ms"), "p50"),
+                    _q(s.get("added_ttft_ms"), "p99"),
+                    _q(s["token_delay_ms"], "p50"),
+                    _q(s["token_delay_ms"], "p99"),
+                    added_done,
+                    s.get("server_cpu_ms_per_1k_tokens", DASH),
+                    s.get("server_rss_peak_mib", DASH),
+                ]
+            )
+    return f"{peer['name']} {peer['version']} ({peer['requirement']}), one process.\n\n" + _table(
+        [
+            "N",
+            "path",
+            "ok",
+            "added TTFT p50 ms",
+            "added TTFT p99 ms",
+            "token delay p50 ms",
+            "token delay p99 ms",
+            "added end p50 ms",
+            "CPU ms/1k tok",
+            "RSS peak MiB",
+        ],
+        rows,
+    )
 
 
 def capacity_tables(cap: dict[str, Any]) -> str:
@@ -203,6 +260,69 @@ def browser_table(browser: dict[str, Any]) -> str:
     )
 
 
+def turn_cpu_table(turn_cpu: dict[str, Any]) -> str:
+    rows = []
+    for name, side in turn_cpu.items():
+        for index, run in enumerate(side["bursts"], 1):
+            rows.append(
+                [
+                    name,
+                    index,
+                    f"{run['ok']}/{run['turns']}",
+                    side["tokens"],
+                    run["server_cpu_ms"],
+                    f"**{run['cpu_ms_per_turn']}**",
+                    run["cpu_ms_per_1k_tokens"],
+                    _p(run["ttft_ms"]),
+                    run["wall_s"],
+                    f"{run['usage']['machine_busy_pct']} %",
+                ]
+            )
+    return _table(
+        [
+            "server",
+            "burst",
+            "ok",
+            "tokens / answer",
+            "server CPU ms",
+            "CPU ms / turn",
+            "CPU ms / 1k tokens",
+            "TTFT ms",
+            "wall s",
+            "machine busy",
+        ],
+        rows,
+    )
+
+
+def headline(results: dict[str, Any]) -> list[str]:
+    """The two CPU figures issue 18 targets, one line each, for the terminal."""
+    lines = []
+    for name, side in results.get("turn_cpu", {}).items():
+        each = ", ".join(f"{v:g}" for v in side["cpu_ms_per_turn"])
+        lines.append(
+            f"CPU per turn, {name}: {side['median_cpu_ms_per_turn']:g} ms median ({each}) over "
+            f"bursts of {side['turns']} turns of {side['tokens']} tokens; load average "
+            f"{' '.join(f'{v:g}' for v in side['load_average'])}"
+        )
+        lines.append(
+            f"relay CPU per 1,000 tokens, {name}, {side['turns']} streams at once: "
+            f"{side['median_cpu_ms_per_1k_tokens']:g} ms median "
+            f"({', '.join(f'{v:g}' for v in side['cpu_ms_per_1k_tokens'])})"
+        )
+    by_n = results.get("relay", {}).get("by_n", {})
+    if by_n:
+        n = max(by_n, key=int)
+        for name, side in by_n[n].items():
+            if "server_cpu_ms_per_1k_tokens" in side:
+                lines.append(
+                    f"relay CPU per 1,000 tokens, {name}, N = {n} (relay section, "
+                    f"{results['relay']['tokens_per_answer']}-token answers): "
+                    f"{side['server_cpu_ms_per_1k_tokens']:g} ms"
+                )
+    return lines
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     parts = [
@@ -213,6 +333,13 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     if "relay" in results:
         parts += ["## Relay cost\n", relay_tables(results["relay"])]
+    if "peer" in results and "relay" in results:
+        parts += ["## Beside the peer\n", peer_table(results["relay"], results["peer"])]
+    if "turn_cpu" in results:
+        parts += [
+            "## CPU per turn (bursts, one turn per user)\n",
+            turn_cpu_table(results["turn_cpu"]),
+        ]
     if "capacity" in results:
         parts += ["## Capacity\n", capacity_tables(results["capacity"])]
     if "reuse" in results:

@@ -1,7 +1,8 @@
 """The benchmark runner behind `make bench` (--quick) and `make bench-full` (--full).
 
     .venv/bin/python -m bench.run --quick            # < 1 minute: proves the harness works
-    .venv/bin/python -m bench.run --full             # ~10-15 minutes: the published numbers
+    .venv/bin/python -m bench.run --full             # ~20 minutes: the published numbers + peer
+    .venv/bin/python -m bench.run --quick --peer --only relay   # the peer (LiteLLM) beside chatsite
     .venv/bin/python -m bench.run --quick --tiny --out /tmp/x --only relay   # the smoke test
 
 Writes results.json (+ results.md, the tables) and PNG plots to the output folder:
@@ -26,109 +27,27 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import procs, relay
-from bench.clients import DirectClient, SocketClient
-from bench.procs import ROOT, Proc
+from bench import peer, procs, relay, turn_cpu
+from bench.clients import DirectClient, ProxyClient, SocketClient
+from bench.procs import ROOT, Proc, log
+from bench.sizes import (
+    DEMO_TPS,
+    DEMO_TTFB_MS,
+    FULL,
+    PEER_SIDE,
+    QUICK,
+    QUICK_SKIPS,
+    SECTIONS,
+    SIDES,
+    Config,
+    tiny,
+)
 from bench.summary import difference, ratio
-
-SECTIONS = ("relay", "capacity", "reuse", "first_turn", "browser", "micro")
-SIDES = ("direct", "chatsite", "chatsite_redis", "chatsite_x2", "naive")
-QUICK_SKIPS = ("micro", "first_turn")
-DEMO_TTFB_MS = 100
-DEMO_TPS = 50.0
-
-
-@dataclass(frozen=True)
-class Config:
-    """How big each section runs; --quick, --full and --tiny pick one."""
-
-    mode: str
-    relay_ns: list[int]
-    relay_tokens: int
-    relay_rounds: int
-    relay_min_turns: int
-    idle_sockets: int
-    rate_concurrency: list[int]
-    rate_tokens: int  # 100 ms + (tokens - 1) / 50 tokens/s = the answer's latency
-    rate_duration: float
-    rate_warmup: float
-    reuse_turns: int
-    reuse_concurrency: int
-    first_trials: int
-    browser_tokens: list[int]
-    browser_paced: list[tuple[int, float]]  # (tokens, tokens per second)
-    micro_args: dict[str, list[str]] = field(default_factory=dict)
-
-    @property
-    def answer_seconds(self) -> float:
-        return DEMO_TTFB_MS / 1000 + (self.relay_tokens - 1) / DEMO_TPS
-
-    @property
-    def rate_answer_seconds(self) -> float:
-        return DEMO_TTFB_MS / 1000 + (self.rate_tokens - 1) / DEMO_TPS
-
-
-QUICK = Config(
-    mode="quick",
-    relay_ns=[1, 20],
-    relay_tokens=10,
-    relay_rounds=1,
-    relay_min_turns=3,
-    idle_sockets=50,
-    rate_concurrency=[10],
-    rate_tokens=36,
-    rate_duration=1.0,
-    rate_warmup=0.3,
-    reuse_turns=40,
-    reuse_concurrency=5,
-    first_trials=1,
-    browser_tokens=[2000],
-    browser_paced=[],
-    micro_args={"limiter": ["--calls", "200"], "tier": ["--rounds", "1"]},
-)
-FULL = Config(
-    mode="full",
-    relay_ns=[1, 50, 200, 500],
-    relay_tokens=100,
-    relay_rounds=3,
-    relay_min_turns=10,
-    idle_sockets=1000,
-    rate_concurrency=[100, 200, 400],
-    rate_tokens=36,
-    rate_duration=12.0,
-    rate_warmup=3.0,
-    reuse_turns=1000,
-    reuse_concurrency=50,
-    first_trials=6,
-    browser_tokens=[2000, 20000],
-    browser_paced=[(20000, 2000.0)],
-    micro_args={"limiter": [], "tier": []},
-)
-
-
-def tiny(config: Config) -> Config:
-    """The smoke test's size: every step runs, nothing waits."""
-    return replace(
-        config,
-        mode=config.mode + "-tiny",
-        relay_ns=[1, 2],
-        relay_tokens=5,
-        relay_min_turns=1,
-        idle_sockets=5,
-        rate_concurrency=[2],
-        rate_duration=0.5,
-        rate_warmup=0.3,
-        reuse_turns=4,
-        reuse_concurrency=2,
-        browser_tokens=[50],
-        browser_paced=[],
-        micro_args={"limiter": ["--calls", "20"], "tier": ["--rounds", "1"]},
-    )
 
 
 class Bench:
@@ -141,8 +60,10 @@ class Bench:
         stack: contextlib.ExitStack,
         sides: list[str] | None = None,
         server_env: dict[str, str] | None = None,
+        profile_to: Path | None = None,
     ) -> None:
         self.config = config
+        self.profile_to = profile_to
         self.server_env = server_env or {}
         self.sections = sections
         self.sides = sides or list(SIDES)
@@ -211,10 +132,12 @@ class Bench:
     async def run(self) -> dict[str, Any]:
         cfg = self.config
         results: dict[str, Any] = {"meta": meta(cfg, self.redis)}
-        need_servers = {"relay", "capacity"} & set(self.sections)
+        need_servers = {"relay", "turn_cpu", "capacity"} & set(self.sections)
         if need_servers:
             demo = self.stack.enter_context(procs.demo_model(DEMO_TTFB_MS, DEMO_TPS))
-            users = max([*cfg.relay_ns, *cfg.rate_concurrency, cfg.idle_sockets])
+            users = max(
+                [*cfg.relay_ns, *cfg.rate_concurrency, cfg.idle_sockets, cfg.turn_cpu_turns]
+            )
             sites = {}
             if "chatsite" in self.sides:
                 sites["chatsite"] = self.site("chatsite", demo, users=users)
@@ -232,8 +155,12 @@ class Bench:
             if "naive" in self.sides:
                 naive = self.stack.enter_context(procs.naive_relay(demo.base))
                 sides["naive"] = (_socket_factory(naive.base, [{}]), naive)
+            if cfg.peer and PEER_SIDE in self.sides:
+                results["peer"] = self.start_peer(demo, sides)
             if "relay" in self.sections:
                 results["relay"] = await self.relay_cost(demo, sides)
+            if "turn_cpu" in self.sections:
+                results["turn_cpu"] = await self.turn_cpu(sites)
             if "capacity" in self.sections:
                 results["capacity"] = await self.capacity(demo, sites, sides)
         if "reuse" in self.sections or "first_turn" in self.sections:
@@ -251,6 +178,20 @@ class Bench:
         if "micro" in self.sections:
             results["micro"] = micro(cfg)
         return results
+
+    def start_peer(
+        self, demo: Proc, sides: dict[str, tuple[Callable[[], relay.Client], Proc | None]]
+    ) -> dict[str, Any]:
+        """Start the peer in front of the demo model and add it as a side, or say why not."""
+        try:
+            started = self.stack.enter_context(peer.start(demo.base, log))
+        except peer.PeerUnavailable as exc:
+            log(f"peer: {peer.NAME} skipped, the run goes on without it: {exc}")
+            return {"name": peer.NAME, "skipped": str(exc)}
+        base, key = started.proc.base, started.api_key
+        sides[PEER_SIDE] = (lambda: ProxyClient(base, key), started.proc)
+        log(f"peer: {peer.NAME} {started.version} on {base}")
+        return started.describe()
 
     async def relay_cost(
         self, demo: Proc, sides: dict[str, tuple[Callable[[], relay.Client], Proc | None]]
@@ -292,6 +233,23 @@ class Bench:
                 side["completion_ratio"] = ratio(side["last_token_ms"], direct["last_token_ms"])
                 side["done_ratio"] = ratio(side["done_ms"], direct["done_ms"])
             out["by_n"][str(n)] = by_side
+        return out
+
+    async def turn_cpu(self, sites: dict[str, tuple[Proc, list[dict[str, str]]]]) -> dict[str, Any]:
+        """CPU per turn: bursts of turns, one per user, all asked at once (bench/turn_cpu.py)."""
+        cfg = self.config
+        out: dict[str, Any] = {}
+        for name, (site, cookies) in sites.items():
+            out[name] = await turn_cpu.turn_cpu_side(
+                site,
+                cookies,
+                turns=cfg.turn_cpu_turns,
+                tokens=cfg.turn_cpu_tokens,
+                bursts=cfg.turn_cpu_bursts,
+                answer_seconds=DEMO_TTFB_MS / 1000 + (cfg.turn_cpu_tokens - 1) / DEMO_TPS,
+                profile_to=self.profile_to,
+            )
+            await asyncio.sleep(0.5)
         return out
 
     async def capacity(
@@ -421,10 +379,6 @@ def meta(cfg: Config, redis: bool) -> dict[str, Any]:
     }
 
 
-def log(message: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     size = parser.add_mutually_exclusive_group()
@@ -434,6 +388,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help=f"comma-separated subset of {SECTIONS}")
     parser.add_argument("--skip", default="", help="comma-separated sections to leave out")
     parser.add_argument("--sides", default="", help=f"comma-separated subset of {SIDES}")
+    peer_choice = parser.add_mutually_exclusive_group()
+    peer_choice.add_argument(
+        "--peer",
+        action="store_true",
+        help=f"also measure {peer.NAME} (installed into bench/.peer-venv on first use)",
+    )
+    peer_choice.add_argument("--no-peer", action="store_true", help="leave the peer out")
     parser.add_argument("--relay-n", default="", help="comma-separated N for the relay cost")
     parser.add_argument("--rate-c", default="", help="comma-separated clients for turns/s")
     parser.add_argument(
@@ -445,6 +406,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=None, help="output folder")
     parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="sample each chatsite server with py-spy during the turn-CPU bursts (py-spy must "
+        "be installed next to this Python; not a project dependency) and write a text summary "
+        "per server to DIR",
+    )
     parser.add_argument(
         "--publish",
         action="store_true",
@@ -458,6 +428,10 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, relay_ns=[int(n) for n in args.relay_n.split(",")])
     if args.rate_c:
         config = replace(config, rate_concurrency=[int(c) for c in args.rate_c.split(",")])
+    sides = [s for s in args.sides.split(",") if s] or None
+    if args.peer or args.no_peer or (sides and PEER_SIDE in sides):
+        # The quick run never installs the peer unless asked: a first install takes minutes.
+        config = replace(config, peer=not args.no_peer)
     # The quick run proves the harness works in well under a minute: it leaves out the two
     # micro-benchmarks (their own scripts) and the process restarts of first_turn (the smoke
     # test runs that section at its tiny size).
@@ -471,9 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
-        sides = [s for s in args.sides.split(",") if s] or None
         server_env = dict(item.split("=", 1) for item in args.server_env)
-        results = asyncio.run(Bench(config, sections, stack, sides, server_env).run())
+        bench = Bench(config, sections, stack, sides, server_env, profile_to=args.profile)
+        results = asyncio.run(bench.run())
     results["meta"]["server_env"] = server_env
     results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -489,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
             target.mkdir(parents=True, exist_ok=True)
             for path in written:
                 shutil.copy(path, target / path.name)
+    for line in report.headline(results):
+        print(line)
     log(f"done in {results['meta']['duration_s']} s: {out / 'results.json'}")
     return 0
 

@@ -1,4 +1,4 @@
-"""Benchmark: our SSE parser (chat.sse) against httpx-sse on a realistic OpenAI-style stream.
+"""Benchmark: our SSE parser (chat/upstream/sse.py) against httpx-sse on an OpenAI-style stream.
 
 A stream of N small events as the demo model sends them (role chunk, one chunk per token,
 finish, usage, [DONE]) is cut into random-sized reads, then parsed
@@ -33,7 +33,7 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from chat.demo_upstream import DemoModel
-from chat.sse import SSEParser
+from chat.upstream.sse import SSEParser
 from tests.demo_server import call_demo_app
 
 

@@ -26,8 +26,10 @@ import django  # noqa: E402
 
 django.setup()
 
-from chat import tiers  # noqa: E402
-from chat.tiers import Policy, decide, device_class, signals_from_headers  # noqa: E402
+from chat.tiers import devices as tiers  # noqa: E402
+from chat.tiers.devices import device_class  # noqa: E402
+from chat.tiers.hints import signals_from_headers  # noqa: E402
+from chat.tiers.policy import Policy, decide  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "user_agents.tsv"
 

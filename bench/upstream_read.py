@@ -1,10 +1,10 @@
 """What reading the model's SSE stream costs this process, per upstream client variant.
 
 N concurrent answers (`/long <tokens>`, the demo model paced at 50 tokens/s after 100 ms)
-read through `chat.upstream.UpstreamClient` with different HTTP stacks underneath, one variant
-after the other against the same model process; reports this process's CPU (user + system)
-per 1,000 tokens and the time to first token. Nothing else runs in the process: this isolates
-the upstream read path that the relay profile names as its largest cost.
+read through `UpstreamClient` (chat/upstream/client.py) with different HTTP stacks
+underneath, one variant after the other against the same model process; reports this process's
+CPU (user + system) per 1,000 tokens and the time to first token. Nothing else runs in the
+process: this isolates the upstream read path that the relay profile names as its largest cost.
 
     python -m bench.upstream_read --n 200 --seconds 15
 """
@@ -23,7 +23,8 @@ from typing import Any
 
 import httpx
 
-from chat.upstream import Delta, UpstreamClient
+from chat.upstream.client import UpstreamClient
+from chat.upstream.items import Delta
 
 VARIANTS = ("httpx", "httpx-sharded", "aiohttp")
 

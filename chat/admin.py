@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import date
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -14,20 +13,49 @@ from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.db.models import F, IntegerField, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
-from django.utils.safestring import mark_safe
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
 
-from chat.models import Conversation, DeviceRule, Message, ModelTier, Plan, Quota, Usage
-from chat.ratelimit import get_limiter, resolve_limits
-from chat.usage import daily_series, usage_svg
+from chat.limits.limiter import get_limiter
+from chat.limits.plans import daily_tokens_of, resolve_limits
+from chat.limits.rates import describe_rate, parse_rate
+from chat.limits.usage import daily_series, record_resets, today, usage_svg
+from chat.models import (
+    Conversation,
+    DeviceRule,
+    Feedback,
+    Message,
+    ModelTier,
+    PickableModel,
+    Plan,
+    Preferences,
+    Quota,
+    Usage,
+    UsageReset,
+)
+from chat.ops.tier_check import LISTED_CACHE_SECONDS, served_models, try_tier
+from chat.upstream.client import UpstreamError
 
 User = get_user_model()
 
 
 def _tokens_today_subquery() -> Subquery:
     return Subquery(
-        Usage.objects.filter(user=OuterRef("pk"), day=date.today())
+        Usage.objects.filter(user=OuterRef("pk"), day=today())
         .values("user")
         .annotate(t=Sum(F("prompt_tokens") + F("completion_tokens")))
+        .values("t"),
+        output_field=IntegerField(),
+    )
+
+
+def _forgiven_today_subquery() -> Subquery:
+    # What admins' resets forgave of today's history: the history stays, the quota counts less.
+    return Subquery(
+        UsageReset.objects.filter(user=OuterRef("pk"), day=today())
+        .values("user")
+        .annotate(t=Sum("tokens"))
         .values("t"),
         output_field=IntegerField(),
     )
@@ -37,12 +65,37 @@ class PlanActionForm(ActionForm):
     plan = forms.ModelChoiceField(queryset=Plan.objects.all(), required=False, label="Plan")
 
 
-class QuotaInline(admin.StackedInline):
-    model = Quota
+class PreferencesInline(admin.StackedInline):
+    model = Preferences
     can_delete = False
     extra = 0
     max_num = 1
-    verbose_name_plural = "Plan and quota overrides (blank = from the plan)"
+    verbose_name_plural = "Custom instructions (the user's own, from /settings/)"
+
+
+class QuotaInline(admin.StackedInline):
+    """The user's plan and personal limits, under the limits in force now (the change view
+    puts `limits_in_force` in the page's context)."""
+
+    model = Quota
+    can_delete = False
+    # One form even for a user without a Quota: an untouched one saves nothing.
+    extra = 1
+    max_num = 1
+    verbose_name = "plan and personal limits (blank fields: the plan's)"
+    template = "admin/chat/quota/limits_inline.html"
+
+
+def limits_in_force(user_id: int) -> str:
+    """The limits the limiter applies to the user now, in words, with where they come from."""
+    limits = resolve_limits(user_id)
+    rates = " and ".join(describe_rate(item) for item in parse_rate(limits.rate))
+    tokens = (
+        f"{limits.daily_tokens:,} tokens a day" if limits.daily_tokens else "no daily token quota"
+    )
+    streams = f"{limits.max_streams} {'answer' if limits.max_streams == 1 else 'answers'} at a time"
+    plan = f"plan {limits.plan}" if limits.plan != "default" else "the CHAT_* settings (no plan)"
+    return f"{rates}; {tokens}; {streams}. From {plan} and this user's overrides."
 
 
 @admin.register(Plan)
@@ -53,6 +106,7 @@ class PlanAdmin(admin.ModelAdmin):
         "daily_tokens",
         "max_concurrent_streams",
         "allow_full_on_mobile",
+        "full_model_allowed",
         "is_default",
     )
     list_editable = ("is_default",)
@@ -63,14 +117,15 @@ admin.site.unregister(User)
 
 @admin.register(User)
 class ChatUserAdmin(DjangoUserAdmin):
-    inlines = [QuotaInline]
+    inlines = [QuotaInline, PreferencesInline]
     action_form = PlanActionForm
     actions = ["assign_plan", "reset_today"]
+    # Short headings and no e-mail column (the search finds e-mail addresses): the whole list
+    # fits beside the admin's sidebar and filters at 1280 px.
     list_display = (
         "username",
-        "email",
-        "is_active",
-        "is_staff",
+        "active",
+        "staff",
         "plan_name",
         "tokens_today",
         "remaining_today",
@@ -83,28 +138,52 @@ class ChatUserAdmin(DjangoUserAdmin):
             super()
             .get_queryset(request)
             .select_related("quota__plan")
-            .annotate(_tokens_today=Coalesce(_tokens_today_subquery(), 0))
+            .annotate(
+                _tokens_today=Coalesce(_tokens_today_subquery(), 0),
+                _forgiven_today=Coalesce(_forgiven_today_subquery(), 0),
+                # The default plan's quota on every row: the list costs no query per row.
+                _default_daily_tokens=Subquery(
+                    Plan.objects.filter(is_default=True).order_by("id").values("daily_tokens")[:1]
+                ),
+                _default_plan_name=Subquery(
+                    Plan.objects.filter(is_default=True).order_by("id").values("name")[:1]
+                ),
+            )
         )
+
+    @admin.display(description="Active", boolean=True, ordering="is_active")
+    def active(self, obj: Any) -> bool:
+        return bool(obj.is_active)
+
+    @admin.display(description="Staff", boolean=True, ordering="is_staff")
+    def staff(self, obj: Any) -> bool:
+        return bool(obj.is_staff)
 
     @admin.display(description="Plan", ordering="quota__plan__name")
     def plan_name(self, obj: Any) -> str:
         quota = getattr(obj, "quota", None)
         if quota is not None and quota.plan is not None:
             return str(quota.plan.name)
-        return "default"
+        # The plan the limiter applies: the default plan by its name, as the plan list shows it.
+        if obj._default_plan_name:
+            return f"{obj._default_plan_name} (default)"
+        return "none (settings)"
 
-    @admin.display(description="Tokens today", ordering="_tokens_today")
+    @admin.display(description="Used today", ordering="_tokens_today")
     def tokens_today(self, obj: Any) -> int:
         return int(obj._tokens_today)
 
     @admin.display(description="Left today")
     def remaining_today(self, obj: Any) -> str:
-        limits = resolve_limits(obj.pk)
-        if not limits.daily_tokens:
+        daily = daily_tokens_of(getattr(obj, "quota", None), obj._default_daily_tokens)
+        if not daily:
             return "unlimited"
-        return f"{max(0, limits.daily_tokens - int(obj._tokens_today)):,}"
+        counted = max(0, int(obj._tokens_today) - int(obj._forgiven_today))
+        return f"{max(0, daily - counted):,}"
 
-    @admin.action(description="Put the selected users on the chosen plan")
+    # permissions=["change"]: without it an action runs for anyone who can see the list,
+    # view-only staff included (docs/security.md).
+    @admin.action(description="Put the selected users on the chosen plan", permissions=["change"])
     def assign_plan(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         plan_id = request.POST.get("plan")
         plan = Plan.objects.filter(pk=plan_id).first() if plan_id else None
@@ -115,13 +194,30 @@ class ChatUserAdmin(DjangoUserAdmin):
             Quota.objects.update_or_create(user=user, defaults={"plan": plan})
         self.message_user(request, f"{queryset.count()} users moved to {plan.name}.")
 
-    @admin.action(description="Reset today's token usage of the selected users")
+    @admin.action(
+        description="Reset today's token usage of the selected users", permissions=["change"]
+    )
     def reset_today(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        limiter_reset = async_to_sync(_reset_many)
+        """Give the users today's quota back. Nothing is deleted: the limiter records an
+        allowance beside its count and a UsageReset row forgives the day's history, so the
+        usage charts keep the day."""
         ids = list(queryset.values_list("pk", flat=True))
-        Usage.objects.filter(user_id__in=ids, day=date.today()).delete()
-        limiter_reset(ids)
-        self.message_user(request, f"Today's usage reset for {len(ids)} users.")
+        forgiven = async_to_sync(_reset_many)(ids)
+        reset = [user_id for user_id in ids if forgiven[user_id] is not None]
+        record_resets(reset, by=request.user.pk)
+        if reset:
+            self.message_user(
+                request,
+                f"Today's token usage reset for {len(reset)} users: they have their whole "
+                "daily quota again. Their usage history and charts keep today.",
+            )
+        if len(reset) < len(ids):
+            self.message_user(
+                request,
+                f"{len(ids) - len(reset)} users could not be reset: the limits storage "
+                "(Redis) is unavailable. Try again in a moment.",
+                messages.ERROR,
+            )
 
     def change_view(
         self,
@@ -136,6 +232,7 @@ class ChatUserAdmin(DjangoUserAdmin):
         except ValueError:
             user_id = None
         if user_id is not None:
+            extra_context["limits_in_force"] = limits_in_force(user_id)
             series = daily_series(user_id, 30)
             extra_context["usage_chart"] = mark_safe(
                 usage_svg(series, title="Tokens per day, last 30 days")
@@ -152,10 +249,10 @@ class ChatUserAdmin(DjangoUserAdmin):
         return super().change_view(request, object_id, form_url, extra_context)
 
 
-async def _reset_many(user_ids: list[int]) -> None:
+async def _reset_many(user_ids: list[int]) -> dict[int, int | None]:
+    """Each user's tokens forgiven by the limiter (None: its storage could not be reached)."""
     limiter = get_limiter()
-    for user_id in user_ids:
-        await limiter.reset_today(user_id)
+    return {user_id: await limiter.reset_today(user_id) for user_id in user_ids}
 
 
 @admin.register(Usage)
@@ -181,6 +278,87 @@ class UsageAdmin(admin.ModelAdmin):
 @admin.register(ModelTier)
 class ModelTierAdmin(admin.ModelAdmin):
     list_display = ("tier", "model", "max_tokens", "temperature")
+    actions = ["try_tiers"]
+
+    # permissions=["change"]: a test answer costs the model server's time and tokens; a
+    # view-only staff user may not spend them.
+    @admin.action(
+        description="Test the selected tiers: stream a one-line answer", permissions=["change"]
+    )
+    def try_tiers(self, request: HttpRequest, queryset: QuerySet[ModelTier]) -> None:
+        for tier in queryset:
+            result = async_to_sync(try_tier)(tier.model, tier.temperature)
+            took = f"{result.seconds:.1f} s"
+            if result.ok:
+                self.message_user(
+                    request,
+                    f"{tier.get_tier_display()} tier ({tier.model}) answered in {took}: "
+                    f"“{result.line}”",
+                )
+            else:
+                self.message_user(
+                    request,
+                    f"{tier.get_tier_display()} tier ({tier.model}) did not answer: {result.line}.",
+                    messages.ERROR,
+                )
+
+    def warn_of_unlisted_models(self, request: HttpRequest, tiers: list[ModelTier]) -> None:
+        """A tier naming a model the model server does not list fails every answer: say so
+        where the tier is edited. The list is kept for LISTED_CACHE_SECONDS: a model server
+        that is down or hung holds one view for at most LIST_SECONDS, not every one."""
+        try:
+            listed = set(async_to_sync(served_models)())
+        except UpstreamError as exc:
+            self.message_user(
+                request,
+                f"Could not check the tiers' models: {exc.message} (GET /v1/models; asked "
+                f"again after {LISTED_CACHE_SECONDS} s).",
+                messages.WARNING,
+            )
+            return
+        for tier in tiers:
+            if tier.model not in listed:
+                offered = ", ".join(sorted(listed)) or "none"
+                self.message_user(
+                    request,
+                    f"The {tier.get_tier_display().lower()} tier's model “{tier.model}” is not "
+                    f"one the model server lists (it lists: {offered}): its answers will fail.",
+                    messages.WARNING,
+                )
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        if request.method == "GET":
+            self.warn_of_unlisted_models(request, list(ModelTier.objects.all()))
+        return super().changelist_view(request, extra_context)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        if request.method == "GET":
+            tier = self.get_object(request, object_id)
+            if tier is not None:
+                self.warn_of_unlisted_models(request, [tier])
+        return super().change_view(request, object_id, form_url, extra_context)
+
+
+@admin.register(PickableModel)
+class PickableModelAdmin(admin.ModelAdmin):
+    """The models users may pick in the composer, besides their device tier's default."""
+
+    list_display = ("label", "model", "plan_names", "phones", "enabled", "order")
+    list_editable = ("phones", "enabled", "order")
+    filter_horizontal = ("plans",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[PickableModel]:
+        return super().get_queryset(request).prefetch_related("plans")
+
+    @admin.display(description="Plans")
+    def plan_names(self, obj: PickableModel) -> str:
+        return ", ".join(plan.name for plan in obj.plans.all()) or "every plan"
 
 
 @admin.register(DeviceRule)
@@ -215,3 +393,54 @@ class MessageAdmin(admin.ModelAdmin):
     search_fields = ("mid",)
     raw_id_fields = ("conversation",)
     readonly_fields = ("mid", "owner", "lease_until", "created_at", "finished_at")
+
+
+@admin.register(Feedback)
+class FeedbackAdmin(admin.ModelAdmin):
+    """People's 👍/👎 on answers: read by model, tier and day; a link to the conversation to see
+    the answer in its place. Votes are the users': admins read and may delete, never write."""
+
+    list_display = (
+        "vote",
+        "short_comment",
+        "answer_model",
+        "answer_tier",
+        "user",
+        "conversation",
+        "updated_at",
+    )
+    list_filter = (
+        "vote",
+        ("message__model", admin.AllValuesFieldListFilter),
+        "message__tier",
+        ("updated_at", admin.DateFieldListFilter),
+    )
+    date_hierarchy = "updated_at"
+    search_fields = ("comment", "message__mid", "user__username")
+    list_select_related = ("message", "message__conversation", "user")
+    fields = ("vote", "comment", "message", "user", "conversation", "created_at", "updated_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="comment")
+    def short_comment(self, obj: Feedback) -> str:
+        return obj.comment if len(obj.comment) <= 80 else obj.comment[:79] + "…"
+
+    @admin.display(description="model", ordering="message__model")
+    def answer_model(self, obj: Feedback) -> str:
+        return obj.message.model
+
+    @admin.display(description="tier", ordering="message__tier")
+    def answer_tier(self, obj: Feedback) -> str:
+        return obj.message.tier
+
+    @admin.display(description="conversation")
+    def conversation(self, obj: Feedback) -> SafeString:
+        conversation = obj.message.conversation
+        url = reverse("admin:chat_conversation_change", args=[conversation.pk])
+        return format_html('<a href="{}">{}</a>', url, conversation.title)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
+
 # The fields a turn puts on each line, in the order the text format shows them.
 TURN_FIELDS = ("turn", "mid", "conversation", "user")
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
@@ -96,8 +98,6 @@ class ContextFilter(logging.Filter):
 
 def _instance_from_settings() -> str:
     try:
-        from django.conf import settings
-
         return str(settings.CHAT_INSTANCE_ID)
     except Exception:  # settings not configured (a script importing chat code): no instance
         return ""

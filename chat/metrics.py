@@ -1,21 +1,13 @@
-"""Prometheus metrics of this process and the `/metrics` view that serves them.
+"""The counters of this process (Prometheus): a leaf every module may count into.
 
-Each daphne process keeps and serves its own numbers (scrape every instance; sum in PromQL).
 Updates happen once per turn, socket, rejection or upstream request — never per token or per
-chunk — so the hot path pays nothing. Gauges (open sockets, running turns) and the counters
-other modules keep as plain dicts or dataclasses (`chat.ratelimit.limiter_failures`,
-`chat.streamlog.stats`, `chat.control.stats`) are read when Prometheus scrapes.
+chunk — so the hot path pays nothing. What exists elsewhere as state (open sockets, running
+turns, the stream log's and control channel's trouble counts) is read at scrape time by the
+collector in chat/ops/metrics_view.py, which also serves `/metrics`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import ipaddress
-from collections.abc import Iterable, Iterator
-from typing import Any
-
-from django.conf import settings
-from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -23,9 +15,6 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.registry import Collector
 
 # Our own registry (not the library's global one): nothing another library registers leaks
 # into /metrics, and tests can read exactly what we export.
@@ -35,6 +24,8 @@ PlatformCollector(registry=REGISTRY)
 
 # Latency buckets from "instant" to "the user gave up" (seconds).
 LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
+# What chatsite adds is meant to be milliseconds: finer buckets at the low end.
+ADDED_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 SPEED_BUCKETS = (1, 5, 10, 20, 30, 50, 75, 100, 150, 250, 500, 1000, 5000)
 
 turns_started = Counter(
@@ -54,6 +45,15 @@ ttft_seconds = Histogram(
     "Time from the start of a turn to its first token (seconds).",
     ["tier"],
     buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+added_ttft_seconds = Histogram(
+    "chat_added_ttft_seconds",
+    "Time chatsite adds to the model's own time to first token: from the prompt frame's "
+    "arrival to the first chunk frame handed to the socket, minus the model server's time "
+    "from request sent to first delta (seconds).",
+    ["tier"],
+    buckets=ADDED_BUCKETS,
     registry=REGISTRY,
 )
 upstream_ttfb_seconds = Histogram(
@@ -99,9 +99,56 @@ upstream_errors = Counter(
 ws_slow_reader_closed = Counter(
     "chat_ws_slow_reader_closed",
     "Websockets aborted because their client stopped reading: daphne held more than "
-    "CHAT_SEND_BUFFER_BYTES for them (chat/backpressure.py).",
+    "CHAT_SEND_BUFFER_BYTES for them (chat/sockets/backpressure.py).",
     registry=REGISTRY,
 )
+
+limiter_failures = Counter(
+    "chat_limiter_failures",
+    "Limiter operations that could not reach their storage (Redis), by operation.",
+    ["operation"],
+    registry=REGISTRY,
+)
+
+
+# Every label value known in advance has its series from the start, at 0 (Prometheus'
+# instrumentation guide: "avoid missing metrics"). A series born at 1 hides its first event
+# from rate() and increase(): the first failed turn, upstream error or refusal of a process
+# would never show on the dashboard or fire an alert.
+TIERS = ("full", "lite")
+TURN_STATUSES = ("complete", "stopped", "failed")
+UPSTREAM_ERROR_KINDS = ("http_status", "timeout", "connect", "protocol", "stream_error", "empty")
+REJECTIONS = (  # the (reason, channel) pairs the code counts
+    ("rate_limited", "socket"),
+    ("quota_exceeded", "socket"),
+    ("too_many_streams", "socket"),
+    ("too_many_sockets", "socket"),
+    ("rate_limited", "http"),
+    ("rate_limited", "resume"),
+    ("rate_limited", "signup"),
+    ("rate_limited", "login_address"),
+    ("rate_limited", "login_username"),
+    ("rate_limited", "login_device"),
+    ("rate_limited", "reset"),
+)
+for _tier in TIERS:
+    turns_started.labels(tier=_tier)
+    for _status in TURN_STATUSES:
+        turns_finished.labels(tier=_tier, status=_status)
+for _kind in UPSTREAM_ERROR_KINDS:
+    upstream_errors.labels(kind=_kind)
+for _reason, _channel in REJECTIONS:
+    rate_limit_rejections.labels(reason=_reason, channel=_channel)
+# The limiter's operations that count a failure to reach their storage (chat/limits/): an
+# alert on rate(chat_limiter_failures_total[5m]) must see Redis's first outage of a process.
+LIMITER_OPERATIONS = (
+    *("admit", "settle", "refresh", "resize", "release_dead", "tokens_today", "reset_today"),
+    *("hit_http", "hit_resume"),
+    *("address_hit", "username_hit", "device_hit", "signup_hit", "reset_hit", "login_clear"),
+    *("socket_take", "socket_release", "socket_extend"),
+)
+for _operation in LIMITER_OPERATIONS:
+    limiter_failures.labels(operation=_operation)
 
 
 def turn_started(tier: str) -> None:
@@ -117,9 +164,12 @@ def turn_finished(
     completion: int,
     chunk_count: int,
     seconds: float,
+    added_ttft: float | None = None,
 ) -> None:
     """Everything a turn reports, once, when it ends."""
     turns_finished.labels(tier=tier, status=status).inc()
+    if added_ttft is not None:
+        added_ttft_seconds.labels(tier=tier).observe(added_ttft)
     chunks.inc(chunk_count)
     prompt_tokens.labels(tier=tier).inc(prompt)
     completion_tokens.labels(tier=tier).inc(completion)
@@ -152,83 +202,10 @@ def slow_reader_closed() -> None:
     ws_slow_reader_closed.inc()
 
 
-class _StateCollector(Collector):
-    """Numbers that exist elsewhere as state, read at scrape time."""
-
-    def describe(self) -> Iterable[Metric]:
-        # Nothing to check names against at registration: collect() imports the models,
-        # which this module must not need at import time (the upstream client imports it).
-        return []
-
-    def collect(self) -> Iterable[Metric]:
-        from chat import control, ratelimit, shutdown, streamlog
-        from chat.turns import registry
-
-        yield _gauge("chat_sockets_active", "Chat sockets open here.", len(shutdown.sockets))
-        yield _gauge("chat_streams_active", "Turns running here.", len(registry.turns))
-        yield _gauge("chat_draining", "1 while shutting down gracefully.", int(shutdown.draining()))
-        failures = CounterMetricFamily(
-            "chat_limiter_failures",
-            "Limiter operations that could not reach their storage (Redis).",
-            labels=["operation"],
-        )
-        for operation, count in sorted(ratelimit.limiter_failures.items()):
-            failures.add_metric([operation], count)
-        yield failures
-        yield from _dataclass_counters("chat_stream_log", "Stream log", streamlog.stats)
-        yield from _dataclass_counters("chat_control", "Control channel", control.stats)
+def limiter_failed(operation: str) -> None:
+    limiter_failures.labels(operation=operation).inc()
 
 
-def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, documentation, value=value)
-
-
-def _dataclass_counters(prefix: str, what: str, stats: Any) -> Iterator[CounterMetricFamily]:
-    for field in dataclasses.fields(stats):
-        name = field.name.removesuffix("_total")
-        yield CounterMetricFamily(
-            f"{prefix}_{name}",
-            f"{what}: {name.replace('_', ' ')} (see {type(stats).__module__}).",
-            value=getattr(stats, field.name),
-        )
-
-
-REGISTRY.register(_StateCollector())
-
-
-# --- the view ---------------------------------------------------------------------------------
-
-
-def address_allowed(address: str, allowed: Iterable[str]) -> bool:
-    """Is `address` one of `allowed` (addresses or networks such as 10.0.0.0/8)?"""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    for entry in allowed:
-        try:
-            if ip in ipaddress.ip_network(entry.strip(), strict=False):
-                return True
-        except ValueError:
-            continue
-    return False
-
-
-async def metrics_view(request: HttpRequest) -> HttpResponse:
-    """Prometheus metrics, for staff or an address in CHAT_METRICS_ALLOW; 403 otherwise.
-
-    Behind nginx, REMOTE_ADDR is the client's address only when daphne runs with
-    `--proxy-headers` and nginx overwrites X-Forwarded-For (deploy/nginx.conf does).
-    """
-    address = str(request.META.get("REMOTE_ADDR", ""))
-    if not address_allowed(address, settings.CHAT_METRICS_ALLOW):
-        user = await request.auser()
-        if not (user.is_authenticated and user.is_staff):
-            return HttpResponse(
-                "Metrics are for staff and allow-listed addresses.\n",
-                status=403,
-                content_type="text/plain",
-            )
-    # The format Prometheus asks for (text or OpenMetrics), as prometheus-client's own server.
-    encode, content_type = choose_encoder(request.headers.get("Accept", ""))
-    return HttpResponse(encode(REGISTRY), content_type=content_type)
+def limiter_failure_count(operation: str) -> float:
+    """How often `operation` could not reach the limiter's storage in this process (tests)."""
+    return limiter_failures.labels(operation=operation)._value.get()

@@ -1,26 +1,39 @@
-"""Thin adapters of the tier policy and the limiter: Django HTTP middleware and ASGI middleware.
+"""The edge's middleware: thin adapters of the tier policy and the limiter (HTTP and ASGI), the
+page headers, and the websocket Origin check.
 
-The policy (chat.tiers) and the limiter (chat.ratelimit) are implemented once; these classes only
-translate a request, a socket scope or a prompt frame into their calls and their answers back
-into headers, 429 responses and error frames.
+The policy (chat.tiers) and the limiter (chat.limits) are implemented once; these classes only
+translate a request, a socket scope or a client frame into their calls, and their answers into
+headers, 429 responses and decisions handed down with the socket's events.
 """
 
 from __future__ import annotations
 
-import json
-from collections import deque
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.http.request import split_domain_port, validate_host
 from django.template.loader import render_to_string
 from django.utils.cache import patch_vary_headers
+from django.utils.http import is_same_domain
+from django_htmx.http import reswap, retarget
 
-from chat import frames, metrics
-from chat.ratelimit import Rejection, get_limiter
-from chat.tiers import ACCEPT_CH, VARY, tier_for_request, tier_for_scope
+from chat import metrics, protocol
+from chat.forms import InvalidInput
+from chat.limits.budget import TurnAsk, turn_ask
+from chat.limits.limiter import Admission, get_limiter
+from chat.limits.refusals import Rejection
+from chat.limits.sockets import Place, SocketCounter, get_socket_counter
+from chat.sockets import draining
+from chat.tiers.hints import ACCEPT_CH, VARY
+from chat.tiers.picker import awith_choices
+from chat.tiers.policy import TierDecision, tier_for_request, tier_for_scope
+from chat.turns.start import tier_within_plan
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 ASGIApp = Callable[..., Awaitable[None]]
@@ -65,11 +78,43 @@ class ContentSecurityPolicyMiddleware(_AsyncMiddleware):
         return response
 
 
+NUL_REFUSED = (
+    "Your request held a NUL character (\\0), which cannot be stored here. Remove it and try again."
+)
+
+
+def _holds_nul(request: HttpRequest) -> bool:
+    texts = [request.path]
+    queries = [request.GET, request.POST] if request.method == "POST" else [request.GET]
+    for query in queries:
+        for name, values in query.lists():
+            texts.append(name)
+            texts.extend(values)
+    for name, value in request.COOKIES.items():
+        texts.extend((name, value))
+    return any("\x00" in text for text in texts)
+
+
+class NulInputMiddleware(_AsyncMiddleware):
+    """400 for a request with a NUL character in its path, query, form fields or cookies.
+
+    PostgreSQL text cannot hold NUL (SQLite can, so tests on SQLite alone never see it): a NUL
+    that reached a query or a save was a 500 (`?q=%00` on the conversation list, the admin's
+    search, a session cookie). Refused here, once, for every view.
+    """
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        if _holds_nul(request):
+            raise InvalidInput(NUL_REFUSED)
+        return await self.get_response(request)
+
+
 class DeviceTierMiddleware(_AsyncMiddleware):
     """Sets `request.tier` and asks browsers for the client hints the policy reads."""
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
-        request.tier = await tier_for_request(request)  # type: ignore[attr-defined]
+        tier = await tier_for_request(request)
+        request.tier = await _within_plan(tier, await request.auser())  # type: ignore[attr-defined]
         response = await self.get_response(request)
         if response.get("Content-Type", "").startswith("text/html"):
             response["Accept-CH"] = ACCEPT_CH
@@ -95,10 +140,10 @@ def too_many_requests(request: HttpRequest, rejection: Rejection) -> HttpRespons
     body = render_to_string("chat/partials/limited.html", {"rejection": rejection}, request)
     response = HttpResponse(body, status=429)
     response["Retry-After"] = str(rejection.retry_after)
-    if request.headers.get("HX-Request"):
+    if request.htmx:  # type: ignore[attr-defined]
         # htmx does not swap 4xx by default: show the message in the alert region instead.
-        response["HX-Retarget"] = "#alerts"
-        response["HX-Reswap"] = "innerHTML"
+        retarget(response, "#alerts")
+        reswap(response, "innerHTML")
     return response
 
 
@@ -109,50 +154,192 @@ def _client_ip(request: HttpRequest) -> str:
 # --- ASGI (the socket) -------------------------------------------------------------------------
 
 
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def request_origin(scope: dict[str, Any]) -> str | None:
+    """The socket's own origin, `scheme://host[:port]` from its Host header, as Django's CSRF
+    check builds it; None when the Host is not one of ALLOWED_HOSTS."""
+    host = _header(scope, b"host")
+    if not host:
+        return None
+    domain, _port = split_domain_port(host)
+    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        return None
+    proxy_header = settings.SECURE_PROXY_SSL_HEADER
+    if proxy_header:
+        # Behind the TLS proxy (DJANGO_BEHIND_PROXY) its header says the scheme, as for HTTP.
+        name, secure_value = proxy_header
+        forwarded = _header(scope, name.removeprefix("HTTP_").replace("_", "-").lower().encode())
+        secure = (forwarded or "").split(",")[0].strip() == secure_value
+    else:
+        secure = scope.get("scheme") in ("wss", "https")
+    return f"{'https' if secure else 'http'}://{host}"
+
+
+def origin_allowed(scope: dict[str, Any]) -> bool:
+    """Whether the handshake's Origin is exactly this site's own origin (scheme, host and port)
+    or one of DJANGO_CSRF_TRUSTED_ORIGINS — the same rule as Django's CSRF Origin check.
+
+    `null` (sandboxed frames, file: pages) and a missing Origin are refused: a browser always
+    sends one on a websocket handshake.
+    """
+    origin = _header(scope, b"origin")
+    if not origin or origin == "null":
+        return False
+    if origin == request_origin(scope):
+        return True
+    trusted = settings.CSRF_TRUSTED_ORIGINS
+    if origin in trusted:
+        return True
+    try:
+        parsed = urlsplit(origin)
+    except ValueError:
+        return False
+    # "https://*.example.com" trusts every subdomain of example.com over https (Django's rule).
+    return any(
+        is_same_domain(parsed.netloc, pattern.netloc.lstrip("*"))
+        for pattern in (urlsplit(entry) for entry in trusted if "*" in entry)
+        if pattern.scheme == parsed.scheme
+    )
+
+
+class OriginValidator:
+    """Refuses (403) a websocket handshake from any origin but our own (cross-site websocket
+    hijacking: the browser sends the user's cookie with it).
+
+    Channels' AllowedHostsOriginValidator compares only the Origin's host with ALLOWED_HOSTS,
+    so another port or scheme of the same host (`http://127.0.0.1:9999`, `ftp://…`,
+    `chrome-extension://…`) passed.
+    """
+
+    def __init__(self, inner: ASGIApp) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket" and not origin_allowed(scope):
+            await WebsocketDenier()(scope, receive, send)
+            return
+        await self.inner(scope, receive, send)
+
+
+class SocketCapASGIMiddleware:
+    """Caps open sockets per user and per client address at the handshake (issue 13.6).
+
+    The decision rides on the `websocket.connect` event (`protocol.VERDICT_KEY`: a Refusal
+    when over a cap); the consumer then says why and closes with 4429, since a refused
+    handshake is an HTTP 403 a page cannot tell from "forbidden". The socket's places are
+    given back when the socket's application ends, however it ends.
+    """
+
+    def __init__(self, inner: ASGIApp) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        user = scope.get("user")
+        if scope["type"] != "websocket" or user is None or not user.is_authenticated:
+            await self.inner(scope, receive, send)  # the consumer refuses a stranger itself
+            return
+        counter = get_socket_counter()
+        held: list[Place] = []
+
+        async def capped_receive() -> dict[str, Any]:
+            message: dict[str, Any] = await receive()
+            if message["type"] == "websocket.connect":
+                taken = await counter.take(user.pk, client_address(scope))
+                if isinstance(taken, Place):
+                    held.append(taken)
+                else:
+                    metrics.rejected("too_many_sockets", "socket")
+                    message = {**message, protocol.VERDICT_KEY: _too_many_sockets(counter, taken)}
+            return message
+
+        try:
+            await self.inner(scope, capped_receive, send)
+        finally:
+            for place in held:
+                counter.release(place)
+
+
+def client_address(scope: dict[str, Any]) -> str:
+    """The client's address: daphne's peer, which behind nginx is the client only when daphne
+    runs with --proxy-headers and nginx overwrites X-Forwarded-For (deploy/nginx.conf does)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+def _too_many_sockets(counter: SocketCounter, which: str) -> protocol.Refusal:
+    if which == "user":
+        message = (
+            f"Your account has {counter.per_user} chat tabs open, the most allowed. Close one "
+            "of them and this tab reconnects by itself."
+        )
+    else:
+        message = (
+            f"Your network address has {counter.per_address} chat connections open, the most "
+            "allowed. Close some tabs and this one reconnects by itself."
+        )
+    return protocol.Refusal("too_many_sockets", message, retry_after=SOCKETS_RETRY_AFTER)
+
+
+# A tab over the cap tries again after this (a pause, not a promise: nobody knows when
+# another tab closes).
+SOCKETS_RETRY_AFTER = 10
+
+
 class DeviceTierASGIMiddleware:
-    """Sets `scope["tier"]` once per connection from the handshake's headers."""
+    """Sets `scope["tier"]` once per connection from the handshake's headers (and the user's
+    plan, for the models they may pick)."""
 
     def __init__(self, inner: ASGIApp) -> None:
         self.inner = inner
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "websocket":
-            scope = dict(scope, tier=await tier_for_scope(scope))
+            # Within the plan, with the models this user may pick here (`ready` lists them).
+            tier = await _within_plan(await tier_for_scope(scope), scope.get("user"))
+            tier = await awith_choices(tier, scope.get("user"))
+            scope = dict(scope, tier=tier)
         await self.inner(scope, receive, send)
 
 
-def turn_estimate(text: str | None) -> int | None:
-    """Tokens to reserve for a frame that starts a turn (a prompt or a regeneration), or None.
-
-    Malformed frames get None and pass through: the consumer tells the user what is wrong,
-    and a frame that cannot start a turn must not use up the user's limits.
-    """
-    if not text or ('"prompt"' not in text and '"regenerate"' not in text):
-        return None  # cheap: most frames are not turns
-    try:
-        frame = json.loads(text)
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than json goes
-        return None
-    if not isinstance(frame, dict):
-        return None
-    if frame.get("type") == "regenerate":
-        return settings.CHAT_RESERVE_TOKENS if isinstance(frame.get("mid"), str) else None
-    if frame.get("type") != "prompt":
-        return None
-    body = frame.get("text")
-    if not isinstance(body, str) or not body.strip():
-        return None
-    if len(body) > settings.CHAT_MAX_PROMPT_CHARS:
-        return None
-    return (len(body) + 3) // 4 + settings.CHAT_RESERVE_TOKENS
+async def _within_plan(tier: TierDecision, user: Any) -> TierDecision:
+    """The device's tier, unless the user's plan forbids the full model: then the badge and the
+    `ready` frame say lite from the start (each turn checks again: chat.turns.start)."""
+    if user is None or not user.is_authenticated:
+        return tier
+    return await tier_within_plan(tier, int(user.pk))
 
 
-class PromptLimitASGIMiddleware:
-    """Checks each frame that starts a turn against the user's limits before the consumer.
+DRAINING = protocol.Refusal(
+    "unavailable",
+    "This server is restarting; your message was not sent. Send it again in a moment.",
+    retry_after=1,
+)
 
-    A limited prompt is answered with an `error` frame (`rate_limited`, `quota_exceeded`,
-    `too_many_streams`, with `retry_after`) and never reaches the consumer; an admitted one
-    leaves its Admission in `scope["chat.admissions"]`, which the consumer hands to the turn.
+
+def turn_estimate(frame: protocol.TurnFrame, tier: TierDecision | None) -> TurnAsk:
+    """What to reserve for a frame that starts a turn, before its history is known: its new
+    text and a whole answer, at least its new text and a short one. The turn fits the
+    reservation to its real prompt when it starts (chat.limits.budget.fit)."""
+    text = frame.text if isinstance(frame, protocol.Prompt) else ""
+    return turn_ask(text, tier.max_tokens if tier is not None else None)
+
+
+class FrameASGIMiddleware:
+    """Parses every client frame once and admits each frame that starts a turn.
+
+    What it decides travels down with the `websocket.receive` event itself: the parsed frame
+    (or the FrameError that refused it) under `protocol.FRAME_KEY`, and for a frame that
+    starts a turn its Admission — or the Refusal (a limit, a restart) — under
+    `protocol.VERDICT_KEY`. Whether a frame starts a turn is decided from the parsed frame,
+    so a re-spelled frame (`"\\u0070rompt"`, keys in another order, white space) is exactly as
+    limited as a plain one, and the consumer acts on the same parse. This layer never writes
+    to the socket: the consumer's outbox does.
     """
 
     def __init__(self, inner: ASGIApp) -> None:
@@ -162,35 +349,65 @@ class PromptLimitASGIMiddleware:
         if scope["type"] != "websocket":
             await self.inner(scope, receive, send)
             return
-        admissions: deque[Any] = deque()
-        scope = dict(scope)
-        scope["chat.admissions"] = admissions
 
-        async def limited_receive() -> dict[str, Any]:
-            while True:
-                message: dict[str, Any] = await receive()
-                if message["type"] != "websocket.receive":
-                    return message
-                estimate = turn_estimate(message.get("text"))
-                user = scope.get("user")
-                if estimate is None or user is None or not user.is_authenticated:
-                    return message
-                result = await get_limiter().admit(user.pk, estimate_tokens=estimate)
-                if isinstance(result, Rejection):
-                    metrics.rejected(result.code, "socket")
-                    await send(
-                        {
-                            "type": "websocket.send",
-                            "text": frames.error(
-                                result.code,
-                                result.message,
-                                retry_after=result.retry_after,
-                                reset_at=result.reset_at,
-                            ),
-                        }
-                    )
-                    continue
-                admissions.append(result)
-                return message
+        async def decided_receive() -> dict[str, Any]:
+            message: dict[str, Any] = await receive()
+            if message["type"] == "websocket.receive":
+                message = await self.decide(scope, message)
+            return message
 
-        await self.inner(scope, limited_receive, send)
+        await self.inner(scope, decided_receive, send)
+
+    async def decide(self, scope: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
+        received = asyncio.get_running_loop().time()
+        raw = message.get("text")
+        try:
+            frame: Any = protocol.parse(raw if raw is not None else message.get("bytes"))
+        except protocol.FrameError as exc:
+            frame = exc
+        decided = {**message, protocol.FRAME_KEY: frame, protocol.RECEIVED_KEY: received}
+        if protocol.starts_turn(frame):
+            decided[protocol.VERDICT_KEY] = await self.admit(scope, frame)
+        elif isinstance(frame, protocol.Resume):
+            decided[protocol.VERDICT_KEY] = await self.meter_resume(scope)
+        return decided
+
+    async def meter_resume(self, scope: dict[str, Any]) -> protocol.Refusal | None:
+        """Count a `resume` against the user's rate; the consumer applies a refusal only to
+        an answer that has ended (following a streaming one is never refused)."""
+        user = scope.get("user")
+        if user is None or not user.is_authenticated:
+            return None
+        rejection = await get_limiter().hit_resume(user.pk)
+        if rejection is None:
+            return None
+        metrics.rejected(rejection.code, "resume")
+        return protocol.Refusal(
+            rejection.code,
+            rejection.message,
+            retry_after=rejection.retry_after,
+            reset_at=rejection.reset_at,
+        )
+
+    async def admit(
+        self, scope: dict[str, Any], frame: protocol.TurnFrame
+    ) -> Admission | protocol.Refusal | None:
+        """The admission of a turn frame, or why not; None without a logged-in user (the
+        consumer has closed such a socket, and refuses the frame anyway)."""
+        if draining.draining():
+            return DRAINING
+        user = scope.get("user")
+        if user is None or not user.is_authenticated:
+            return None
+        ask = turn_estimate(frame, scope.get("tier"))
+        result = await get_limiter().admit(user.pk, estimate_tokens=ask.want, at_least=ask.at_least)
+        if isinstance(result, Rejection):
+            metrics.rejected(result.code, "socket")
+            return protocol.Refusal(
+                result.code,
+                result.message,
+                retry_after=result.retry_after,
+                reset_at=result.reset_at,
+                retry_when=result.retry_when,
+            )
+        return result

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from limits import parse_many
 
+from chat.redis_clients import RedisURLError, channel_layer_host, check_redis_url
 from chatsite.env import envbool, envchoice, envfloat, envint, envlist, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -25,14 +27,15 @@ if not SECRET_KEY:
 
 ALLOWED_HOSTS = envlist("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 if "*" in ALLOWED_HOSTS and not DEBUG:
-    # AllowedHostsOriginValidator reuses ALLOWED_HOSTS: '*' would switch off the websocket
-    # origin check (cross-site websocket hijacking), so production refuses it.
+    # The websocket origin check (chat/middleware.py: OriginValidator) trusts a Host only if
+    # it is in ALLOWED_HOSTS: '*' would let a rebound DNS name open sockets with the user's
+    # cookie (cross-site websocket hijacking), so production refuses it.
     raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS='*' is refused when DJANGO_DEBUG is off.")
 CSRF_TRUSTED_ORIGINS = envlist("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "chat.apps.ChatAdminConfig",  # django.contrib.admin, with our admin site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -45,12 +48,16 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "chat.middleware.ContentSecurityPolicyMiddleware",
+    # Before anything reads the session cookie or the database: NUL is refused at the edge.
+    "chat.middleware.NulInputMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # request.htmx; django-htmx is not an installed app: we vendor htmx ourselves (scripts/).
+    "django_htmx.middleware.HtmxMiddleware",
     "chat.middleware.DeviceTierMiddleware",
     "chat.middleware.RateLimitMiddleware",
 ]
@@ -112,6 +119,24 @@ LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
 
+# Password reset mails (Django's own views, chat/urls.py): printed on the console unless an
+# SMTP server is configured (EMAIL_HOST), as docs/configuration.md says.
+EMAIL_HOST = envstr("EMAIL_HOST", "")
+EMAIL_BACKEND = envstr(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_PORT = envint("EMAIL_PORT", 587, minimum=1)
+EMAIL_HOST_USER = envstr("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = envstr("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", not envbool("EMAIL_USE_SSL", False))
+EMAIL_USE_SSL = envbool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", 10, minimum=1)
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "chatsite <noreply@localhost>")
+PASSWORD_RESET_TIMEOUT = envint("PASSWORD_RESET_TIMEOUT", 3 * 86400, minimum=60)
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -154,13 +179,29 @@ SILENCED_SYSTEM_CHECKS = envlist(
 )
 
 # --- Redis, channel layer ----------------------------------------------------------------
+# One server (redis://, rediss://, unix://) or the primary that Sentinel names
+# (redis+sentinel://host:port,host:port/<primary>[/db]): docs/configuration.md. Every client of
+# it is made by chat/redis_clients.py, the channel layer's from the host that module describes.
 REDIS_URL = envstr("REDIS_URL", "")
+# The sentinels' own credentials (sentinel.conf's `requirepass`), when they have any.
+REDIS_SENTINEL_USERNAME = envstr("REDIS_SENTINEL_USERNAME", "")
+REDIS_SENTINEL_PASSWORD = envstr("REDIS_SENTINEL_PASSWORD", "")
 if REDIS_URL:
+    try:
+        check_redis_url(REDIS_URL)
+    except RedisURLError as exc:
+        raise ImproperlyConfigured(f"REDIS_URL: {exc}") from None
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [REDIS_URL],
+                "hosts": [
+                    channel_layer_host(
+                        REDIS_URL,
+                        sentinel_username=REDIS_SENTINEL_USERNAME,
+                        sentinel_password=REDIS_SENTINEL_PASSWORD,
+                    )
+                ],
                 # group_expiry must outlive the longest websocket (PITFALLS); we only use
                 # groups for rare control events (conversation list updates, logout).
                 "group_expiry": 86400 * 2,
@@ -185,6 +226,9 @@ LLM_BASE_URL = envstr("LLM_BASE_URL", f"http://127.0.0.1:{PORT}/demo/v1").rstrip
 LLM_API_KEY = envstr("LLM_API_KEY", "")
 CHAT_MODEL_FULL = envstr("CHAT_MODEL_FULL", "demo-full")
 CHAT_MODEL_LITE = envstr("CHAT_MODEL_LITE", "demo-lite")
+# After a new conversation's first answer, a short title from the lite model (a small request
+# against the user's limits); off: the title stays the prompt's first words.
+CHAT_TITLES = envbool("CHAT_TITLES", True)
 LLM_CONNECT_TIMEOUT = envfloat("LLM_CONNECT_TIMEOUT", 5.0, minimum=0.1)
 LLM_READ_TIMEOUT = envfloat("LLM_READ_TIMEOUT", 60.0, minimum=0.1)
 LLM_TOTAL_TIMEOUT = envfloat("LLM_TOTAL_TIMEOUT", 600.0, minimum=1.0)
@@ -209,14 +253,36 @@ except ValueError:
     raise ImproperlyConfigured(
         f"CHAT_RATE_LIMIT={CHAT_RATE_LIMIT!r} is not in the limits notation, e.g. 20/minute;500/day"
     ) from None
+# How often one user may have a finished answer sent again (`resume` of an answer that has
+# ended: its whole final HTML), across their tabs and every instance.
+CHAT_RESUME_RATE = envstr("CHAT_RESUME_RATE", "120/minute")
+try:
+    parse_many(CHAT_RESUME_RATE)
+except ValueError:
+    raise ImproperlyConfigured(
+        f"CHAT_RESUME_RATE={CHAT_RESUME_RATE!r} is not in the limits notation, e.g. 120/minute"
+    ) from None
 CHAT_DAILY_TOKENS = envint("CHAT_DAILY_TOKENS", 200_000, minimum=0)
+# Tokens every user together may spend per UTC day, on every instance; 0 = no such budget.
+CHAT_GLOBAL_DAILY_TOKENS = envint("CHAT_GLOBAL_DAILY_TOKENS", 0, minimum=0)
 CHAT_MAX_CONCURRENT_STREAMS = envint("CHAT_MAX_CONCURRENT_STREAMS", 2, minimum=1)
+# Open sockets (tabs) per user and per client address, across every instance; 0 = no cap.
+# An office behind one NAT address shares the address cap.
+CHAT_MAX_SOCKETS_PER_USER = envint("CHAT_MAX_SOCKETS_PER_USER", 30, minimum=0)
+CHAT_MAX_SOCKETS_PER_ADDRESS = envint("CHAT_MAX_SOCKETS_PER_ADDRESS", 300, minimum=0)
+# How long an instance's socket places outlive it in Redis if it dies (extended meanwhile).
+CHAT_SOCKET_LEASE_SECONDS = envfloat("CHAT_SOCKET_LEASE_SECONDS", 60.0, minimum=3.0)
 CHAT_LIMITER_FAILURE = envchoice("CHAT_LIMITER_FAILURE", "open", ("open", "closed"))
 CHAT_MAX_PROMPT_CHARS = envint("CHAT_MAX_PROMPT_CHARS", 32000, minimum=1)
+# A conversation page shows this many messages of the branch on show; "Load earlier messages"
+# fetches as many again (issue 13, finding 17).
+CHAT_THREAD_WINDOW = envint("CHAT_THREAD_WINDOW", 50, minimum=2)
 CHAT_COALESCE_MS = envfloat("CHAT_COALESCE_MS", 16.0, minimum=0.0)
 CHAT_CHECKPOINT_SECONDS = envfloat("CHAT_CHECKPOINT_SECONDS", 3.0, minimum=0.1)
 CHAT_LEASE_SECONDS = envfloat("CHAT_LEASE_SECONDS", 15.0, minimum=1.0)
 CHAT_STREAM_LOG_TTL = envint("CHAT_STREAM_LOG_TTL", 3600, minimum=10)
+# Connections the stream log's readers (tabs following an answer through Redis) may hold.
+CHAT_STREAM_LOG_MAX_READERS = envint("CHAT_STREAM_LOG_MAX_READERS", 1000, minimum=1)
 CHAT_SEND_BUFFER_FRAMES = envint("CHAT_SEND_BUFFER_FRAMES", 2000, minimum=10)
 # Bytes daphne may hold for one websocket that the kernel has not taken (its client stopped
 # reading); past it the connection is aborted (chat/backpressure.py, daphne #170).
@@ -228,6 +294,13 @@ CHAT_SHUTDOWN_GRACE = envfloat("CHAT_SHUTDOWN_GRACE", 20.0, minimum=0.0)
 # --- the demo model -------------------------------------------------------------------------
 DEMO_TTFB_MS = envint("DEMO_TTFB_MS", 150, minimum=0)
 DEMO_TOKENS_PER_SECOND = envfloat("DEMO_TOKENS_PER_SECOND", 40.0, minimum=0.0)
+# The demo model answers anyone who reaches it, with no login and no limit: it is served at
+# /demo/v1/ only where it is the configured model (LLM_BASE_URL's path is /demo/v1) or in
+# DEBUG, unless DEMO_MOUNT says on or off.
+DEMO_MOUNT = envchoice("DEMO_MOUNT", "auto", ("auto", "on", "off"))
+DEMO_MOUNTED = DEMO_MOUNT == "on" or (
+    DEMO_MOUNT == "auto" and (DEBUG or urlsplit(LLM_BASE_URL).path == "/demo/v1")
+)
 
 # Structured lines (chat/logging.py): every line names the instance; lines about a turn carry
 # its turn, mid, conversation and user. json for log shippers, text (logfmt) for people.
@@ -254,7 +327,41 @@ LOGGING = {
     },
 }
 
-# Tokens reserved for the answer when a prompt is admitted (reconciled with the real usage).
-CHAT_RESERVE_TOKENS = envint("CHAT_RESERVE_TOKENS", 1000, minimum=0)
+# The longest answer (its max_tokens, and the answer's part of the reservation) when a daily
+# quota or the global budget applies and neither the model tier nor LLM_MAX_TOKENS caps it.
+CHAT_RESERVE_TOKENS = envint("CHAT_RESERVE_TOKENS", 4096, minimum=1)
 CHAT_HTTP_RATE_LIMIT = envstr("CHAT_HTTP_RATE_LIMIT", "120/minute")
+
+
+def _rate(name: str, default: str) -> str:
+    """A rate in the limits notation from the environment; start-up fails on a bad one."""
+    value = envstr(name, default)
+    try:
+        if not parse_many(value):
+            raise ValueError(value)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not in the limits notation, e.g. {default}"
+        ) from None
+    return value
+
+
+# The account forms (chat/limits/logins.py). Login attempts, both forms (the site's and the
+# admin's): every attempt counts against the client address; against the username (NFKC,
+# case-folded) until a login as it succeeds. Windows of growing length are the backoff.
+# A DEBUG server (`make run`: one developer on loopback, scripts signing up test users) has
+# loose per-address defaults; the per-username backoff is the same everywhere.
+CHAT_LOGIN_RATE_PER_ADDRESS = _rate(
+    "CHAT_LOGIN_RATE_PER_ADDRESS", "200/minute" if DEBUG else "20/minute;100/hour;300/day"
+)
+CHAT_LOGIN_RATE_PER_USERNAME = _rate(
+    "CHAT_LOGIN_RATE_PER_USERNAME", "5/minute;10/15 minutes;30/day"
+)
+# Password reset mails to one email address, from anyone (an attacker could otherwise make
+# the site mail a victim 120 times a minute from each of their addresses).
+CHAT_PASSWORD_RESET_RATE_PER_EMAIL = _rate("CHAT_PASSWORD_RESET_RATE_PER_EMAIL", "3/hour;10/day")
+# Accounts created from one client address (an office behind one NAT address shares it).
+CHAT_SIGNUP_RATE_PER_ADDRESS = _rate(
+    "CHAT_SIGNUP_RATE_PER_ADDRESS", "200/hour" if DEBUG else "5/hour;20/day"
+)
 CHAT_REDIS_PREFIX = envstr("CHAT_REDIS_PREFIX", "chat:")

@@ -7,3 +7,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("chat.urls")),
 ]
+
+# A 400 says what was wrong (chat.forms.InvalidInput), in the page or in htmx's alert region.
+handler400 = "chat.views.bad_request"

@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
-# `make cluster`: the production topology on one machine, in the foreground until Ctrl-C.
+# `make cluster`: the production topology on one machine, in the foreground until stopped.
 #
 #   nginx 127.0.0.1:$CLUSTER_PORT (8080) ─┬─▶ daphne web1 127.0.0.1:$WEB1_PORT (8001) ─┬─▶ Redis
 #                                         └─▶ daphne web2 127.0.0.1:$WEB2_PORT (8002) ─┴─▶ PostgreSQL
 #
 # Environment (all optional):
 #   REDIS_URL        default redis://127.0.0.1:6379/0 (must be running)
-#   DATABASE_URL     default postgres://postgres@127.0.0.1:5432/chatsite (created if missing)
+#   DATABASE_URL     default postgres://postgres@127.0.0.1:5432/chatsite (created if missing;
+#                    read as chatsite reads it, so postgres:///chatsite means libpq's defaults)
 #   CLUSTER_PORT     nginx's port, default 8080; WEB1_PORT / WEB2_PORT default 8001 / 8002
 #   CLUSTER_RUN_DIR  where configs, logs and pid files go (default: a new temporary directory,
 #                    removed on exit; a given one is kept)
+#   CLUSTER_STOP_SECONDS  how long a stop may take before what is left is killed
+#                    (default: CHAT_SHUTDOWN_GRACE + 15 s)
 #   anything chatsite reads (CHAT_*, LLM_*, DEMO_*, DJANGO_*) is passed to both instances.
 #
-# Ctrl-C or SIGTERM stops everything this script started: the daphne instances first get
-# SIGTERM and drain their running answers (CHAT_SHUTDOWN_GRACE), nginx stops gracefully.
+# Stopping. Any of INT, TERM, HUP or QUIT — sent to this script or to its whole process group,
+# once or many times — stops everything it started: the daphne instances get SIGTERM and drain
+# their running answers (CHAT_SHUTDOWN_GRACE), nginx gets SIGQUIT and stops gracefully, and
+# whatever is still running CLUSTER_STOP_SECONDS later is killed. The script exits only when all
+# of it is gone. If the script itself is killed (SIGKILL), the kernel stops its children for it:
+# each runs under `setpriv --pdeathsig` (see spawn below). docs/deployment.md explains why a
+# stop used to leave web2 and nginx running.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -50,6 +58,144 @@ chmod 755 "$RUN_DIR"  # nginx's workers (an unprivileged user under root) write 
 
 say() { printf '[cluster] %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
+# A URL for the log, without its password.
+redact() { printf '%s' "$1" | sed -E 's#^([A-Za-z0-9+.-]+://[^:/@]*):[^/@]*@#\1:***@#'; }
+
+# --- stopping: one path, whatever signal arrives and however often ------------------------------
+#
+# Why it is built this way (docs/deployment.md, "Stopping make cluster"): the children run in
+# sessions of their own, so only this script can stop them; a second signal that arrived while
+# the old trap was stopping them re-entered the trap, whose `exit` ended the script before it had
+# signalled web2 and nginx, and they ran on with nobody left to stop them. Now a signal only
+# starts the stop; signals during the stop change nothing; the stop is bounded; and the script
+# exits only when everything it started is gone.
+
+SCRIPT_PID=$$
+STOPPING=0
+STEP_PID=""        # a startup step, run in the background so that a signal is handled at once
+CHILDREN=()        # daphne instances and nginx: each leads a process group of its own
+RELAYS=()          # the log relays of the daphne instances (in this script's process group)
+declare -A NAMES=()
+NGINX_PID=""
+
+grace="${CHAT_SHUTDOWN_GRACE:-20}"
+grace="${grace%%.*}"
+[[ "$grace" =~ ^[0-9]+$ ]] || grace=20
+# daphne needs the grace, then ~7 s more (sockets flush their close: 2 s, services: 5 s).
+STOP_SECONDS="${CLUSTER_STOP_SECONDS:-$((grace + 15))}"
+[[ "$STOP_SECONDS" =~ ^[0-9]+$ ]] || die "CLUSTER_STOP_SECONDS must be a whole number of seconds"
+
+# A pipe that nobody writes to: `read -t` on it is a sleep that needs no process of its own
+# (an external `sleep` is one more thing a signal to our process group would hit).
+rm -f "$RUN_DIR/nap"
+mkfifo "$RUN_DIR/nap"
+exec {NAP_FD}<>"$RUN_DIR/nap"
+nap() { read -r -t "$1" -u "$NAP_FD" _ || true; }
+
+group_alive() { kill -0 -- "-$1" 2>/dev/null; }
+
+on_signal() {  # on_signal NAME STATUS
+  if [ "$STOPPING" = 1 ]; then
+    return 0  # already stopping: the stop goes on to its end (it is bounded)
+  fi
+  say "$1 received"
+  exit "$2"  # runs stop_all (the EXIT trap)
+}
+
+stop_all() {
+  local status=$?
+  STOPPING=1
+  set +eu
+  trap '' PIPE  # a reader of our output that went away must not end the stop half-way
+  if [ -n "$STEP_PID" ]; then kill -TERM "$STEP_PID" 2>/dev/null; fi
+  if [ "${#CHILDREN[@]}" -gt 0 ]; then
+    say "stopping (daphne instances drain their running answers first; at most ${STOP_SECONDS} s)"
+    local pid
+    for pid in "${CHILDREN[@]}"; do
+      if [ "$pid" = "$NGINX_PID" ]; then
+        kill -QUIT "$pid" 2>/dev/null  # nginx's master: graceful, it stops its workers itself
+      else
+        kill -TERM -- "-$pid" 2>/dev/null
+      fi
+    done
+    local deadline=$((SECONDS + STOP_SECONDS)) left instances_gone_at=""
+    while :; do
+      left=()
+      for pid in "${CHILDREN[@]}"; do group_alive "$pid" && left+=("$pid"); done
+      [ "${#left[@]}" -gt 0 ] || break
+      if [ "$SECONDS" -ge "$deadline" ]; then
+        for pid in "${left[@]}"; do
+          say "${NAMES[$pid]:-$pid} did not stop in ${STOP_SECONDS} s; killing it"
+          kill -KILL -- "-$pid" 2>/dev/null
+        done
+        break
+      fi
+      # nginx waits for its open connections; once no instance is left, none will finish.
+      if [ "${left[*]}" = "$NGINX_PID" ]; then
+        if [ -z "$instances_gone_at" ]; then
+          instances_gone_at=$SECONDS
+        elif [ $((SECONDS - instances_gone_at)) -ge 3 ]; then
+          kill -TERM "$NGINX_PID" 2>/dev/null
+        fi
+      fi
+      nap 0.1
+    done
+  fi
+  if [ -n "$STEP_PID" ]; then kill -KILL "$STEP_PID" 2>/dev/null; fi
+  # Until everything is gone (bash reaps its children as they end): the relays end when
+  # daphne's side of their pipe closes; one still stuck writing to our output after 5 s is
+  # killed. No bare `wait`: it could wait for ever.
+  local reap_deadline=$((SECONDS + 5)) pid busy
+  while :; do
+    busy=0
+    for pid in "${CHILDREN[@]}"; do group_alive "$pid" && busy=1; done
+    for pid in "${RELAYS[@]}"; do kill -0 "$pid" 2>/dev/null && busy=1; done
+    [ "$busy" = 1 ] && [ "$SECONDS" -lt "$reap_deadline" ] || break
+    nap 0.1
+  done
+  for pid in "${RELAYS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+  if [ "$KEEP_RUN_DIR" = 0 ]; then rm -rf "$RUN_DIR"; else rm -f "$RUN_DIR"/*.out "$RUN_DIR/nap"; fi
+  [ "${#CHILDREN[@]}" -eq 0 ] || say "stopped"
+  return "$status"
+}
+trap 'on_signal SIGINT 130' INT
+trap 'on_signal SIGTERM 143' TERM
+trap 'on_signal SIGHUP 129' HUP
+trap 'on_signal SIGQUIT 131' QUIT
+trap 'stop_all' EXIT
+
+step() {  # step COMMAND...: a startup step, in the background so that `wait` can be interrupted
+  "$@" &
+  STEP_PID=$!
+  local status=0
+  wait "$STEP_PID" || status=$?
+  STEP_PID=""
+  return "$status"
+}
+
+spawn() {  # spawn DEATHSIG COMMAND...: run as a background job; becomes COMMAND, same pid
+  local deathsig="$1"
+  shift
+  exec {NAP_FD}<&-
+  # setsid: a session and process group of its own. Ctrl-C in a terminal, or a signal sent to
+  # this script's process group, reaches only this script, which stops the children in order
+  # (the daphne instances drain first). setsid(1) does not fork here — a background job of a
+  # non-interactive shell is not a group leader — so $! is the child's pid and its group's id.
+  # setpriv --pdeathsig: the kernel sends DEATHSIG to the child when this script dies, however
+  # it dies (SIGKILL included). The PPID check closes the window in which this script died
+  # before the death signal was set.
+  exec setsid setpriv --pdeathsig "$deathsig" -- "$BASH" -c \
+    '[ "$PPID" = "$1" ] || exit 70; shift; exec "$@"' cluster-child "$SCRIPT_PID" "$@"
+}
+
+relay() {  # relay NAME: stdin, each line prefixed with [NAME], to our output and NAME.log
+  # One process (sed writes the log file itself), deaf to the signals that stop the cluster so
+  # that the drain's last lines still show; it ends when daphne's side of the pipe closes
+  # (daphne exited or was killed).
+  trap '' INT TERM HUP QUIT
+  exec {NAP_FD}<&-
+  exec sed -u -e "s/^/[$1] /" -e "w $RUN_DIR/$1.log"
+}
 
 # --- what the topology needs --------------------------------------------------------------------
 
@@ -61,79 +207,40 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
     || DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx
 fi
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
+command -v setpriv >/dev/null 2>&1 || die "setpriv is missing (it comes with util-linux)"
 
-say "checking Redis at $REDIS_URL"
-"$PYTHON" - <<'EOF' || die "Redis does not answer at $REDIS_URL (start it: redis-server --daemonize yes)"
-import os, redis
-redis.Redis.from_url(os.environ["REDIS_URL"], socket_connect_timeout=2).ping()
-EOF
+for port in "$CLUSTER_PORT" "$WEB1_PORT" "$WEB2_PORT"; do
+  # A cluster left running (or anything else) on our ports would answer in our place.
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    die "port $port is already in use (see: ss -ltnp 'sport = :$port')"
+  fi
+done
 
-case "$DATABASE_URL" in
-  postgres://*|postgresql://*|pgsql://*)
-    say "making sure the database of $DATABASE_URL exists"
-    "$PYTHON" - <<'EOF' || die "cannot reach or create the PostgreSQL database of $DATABASE_URL"
-import os
-from urllib.parse import urlsplit, urlunsplit
-
-import psycopg
-from psycopg import sql
-
-url = urlsplit(os.environ["DATABASE_URL"])
-name = url.path.lstrip("/")
-# Connect to the server's maintenance database to create ours.
-admin = urlunsplit(("postgresql", url.netloc, "/postgres", url.query, ""))
-with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
-    if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        print(f"[cluster] created database {name}")
-EOF
-    ;;
-esac
-
+say "checking Redis at $(redact "$REDIS_URL")"
+step "$PYTHON" deploy/cluster_checks.py redis || exit 1
+step "$PYTHON" deploy/cluster_checks.py database || exit 1
 say "migrating"
-"$PYTHON" manage.py migrate --noinput -v 0
+step "$PYTHON" manage.py migrate --noinput -v 0 || die "migrate failed"
 say "collecting static files into $DJANGO_STATIC_ROOT"
-"$PYTHON" manage.py collectstatic --noinput -v 0
+step "$PYTHON" manage.py collectstatic --noinput -v 0 || die "collectstatic failed"
 
-# --- start everything; stop everything on the way out ------------------------------------------
-
-PIDS=()
-STOPPING=0
-
-stop_all() {
-  [ "$STOPPING" = 1 ] && return
-  STOPPING=1
-  say "stopping (daphne instances drain their running answers first)"
-  if [ -f "$RUN_DIR/web1.pid" ]; then kill -TERM "$(cat "$RUN_DIR/web1.pid")" 2>/dev/null || true; fi
-  if [ -f "$RUN_DIR/web2.pid" ]; then kill -TERM "$(cat "$RUN_DIR/web2.pid")" 2>/dev/null || true; fi
-  if [ -f "$RUN_DIR/nginx.pid" ]; then kill -QUIT "$(cat "$RUN_DIR/nginx.pid")" 2>/dev/null || true; fi
-  # The drain lasts at most CHAT_SHUTDOWN_GRACE (20 s) plus the turns' own cleanup.
-  local deadline=$((SECONDS + ${CHAT_SHUTDOWN_GRACE_WAIT:-40}))
-  for pid in "${PIDS[@]}"; do
-    while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then
-      say "process $pid did not stop in time; killing it"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-  done
-  wait 2>/dev/null || true
-  if [ "$KEEP_RUN_DIR" = 0 ]; then rm -rf "$RUN_DIR"; fi
-  say "stopped"
-}
-trap 'stop_all; exit 130' INT
-trap 'stop_all; exit 143' TERM
-trap 'stop_all' EXIT
+# --- start everything ---------------------------------------------------------------------------
 
 start_instance() {
-  local name="$1" port="$2"
+  local name="$1" port="$2" out="$RUN_DIR/$1.out"
+  rm -f "$out"
+  mkfifo "$out"
+  relay "$name" < "$out" &
+  RELAYS+=("$!")
   # --proxy-headers: the client's address from nginx's X-Forwarded-For (which nginx
-  # overwrites), for the /metrics allow-list and per-address limits.
-  # setsid: Ctrl-C in the terminal reaches only this script, which stops the instances in
-  # order (a graceful drain each); the log prefixer ignores it so the drain's lines still show.
+  # overwrites), for the /metrics allow-list and per-address limits. SIGKILL when this script
+  # dies: nobody is left to wait for a drain (the answers it was streaming end `failed` when
+  # their lease runs out, as for any killed instance).
   CHAT_INSTANCE_ID="$name" PORT="$port" \
-    setsid "$DAPHNE" -b 127.0.0.1 -p "$port" --proxy-headers chatsite.asgi:application \
-    > >(trap '' INT TERM; sed -u "s/^/[$name] /" | tee -a "$RUN_DIR/$name.log") 2>&1 &
-  PIDS+=("$!")
+    spawn KILL "$DAPHNE" -b 127.0.0.1 -p "$port" --proxy-headers chatsite.asgi:application \
+    > "$out" 2>&1 &
+  CHILDREN+=("$!")
+  NAMES[$!]="$name"
   echo "$!" > "$RUN_DIR/$name.pid"
 }
 
@@ -141,21 +248,8 @@ start_instance web1 "$WEB1_PORT"
 start_instance web2 "$WEB2_PORT"
 
 say "waiting for web1 (:$WEB1_PORT) and web2 (:$WEB2_PORT)"
-"$PYTHON" - "$WEB1_PORT" "$WEB2_PORT" <<'EOF' || die "the daphne instances did not come up"
-import sys, time
-import httpx
-
-deadline = time.monotonic() + 60
-for port in sys.argv[1:]:
-    while True:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1, trust_env=False)
-            break
-        except httpx.TransportError:
-            if time.monotonic() > deadline:
-                sys.exit(1)
-            time.sleep(0.1)
-EOF
+step "$PYTHON" deploy/cluster_checks.py up "$WEB1_PORT" "$WEB2_PORT" \
+  || die "the daphne instances did not come up"
 
 # The shipped config, with this run's ports, paths and logs.
 sed -e "s#127\.0\.0\.1:8080;#127.0.0.1:$CLUSTER_PORT;#" \
@@ -173,24 +267,25 @@ for expected in "127.0.0.1:$CLUSTER_PORT;" "127.0.0.1:$WEB1_PORT " "127.0.0.1:$W
   grep -qF "$expected" "$RUN_DIR/nginx.conf" || die "deploy/nginx.conf changed: cannot set $expected"
 done
 "$NGINX" -t -q -p "$RUN_DIR/" -c "$RUN_DIR/nginx.conf" || die "nginx refuses the rendered config"
-setsid "$NGINX" -p "$RUN_DIR/" -c "$RUN_DIR/nginx.conf" -g "daemon off;" &
-PIDS+=("$!")
-NGINX_PID="$!"
+# SIGTERM (not SIGKILL) when this script dies: nginx's workers outlive a killed master and keep
+# serving; on SIGTERM the master stops them (and kills them if they linger).
+spawn TERM "$NGINX" -p "$RUN_DIR/" -c "$RUN_DIR/nginx.conf" -g "daemon off;" &
+NGINX_PID=$!
+CHILDREN+=("$NGINX_PID")
+NAMES[$NGINX_PID]=nginx
 
-for _ in $(seq 100); do [ -s "$RUN_DIR/nginx.pid" ] && break; sleep 0.05; done
+for _ in $(seq 100); do [ -s "$RUN_DIR/nginx.pid" ] && break; nap 0.05; done
 say "chatsite on http://127.0.0.1:$CLUSTER_PORT/ — nginx → web1 :$WEB1_PORT, web2 :$WEB2_PORT"
-say "Redis $REDIS_URL, database $DATABASE_URL; logs in $RUN_DIR; Ctrl-C stops it"
+say "Redis $(redact "$REDIS_URL"); logs in $RUN_DIR; Ctrl-C stops it"
 
 # Until a signal arrives. An instance that dies leaves the other serving (as in production,
 # where a supervisor would restart it); nginx dying, or both instances, ends the cluster.
-declare -A NAMES=(["$NGINX_PID"]=nginx ["$(cat "$RUN_DIR/web1.pid")"]=web1 ["$(cat "$RUN_DIR/web2.pid")"]=web2)
-alive=("${PIDS[@]}")
+alive=("${CHILDREN[@]}")
 while [ "${#alive[@]}" -gt 0 ]; do
-  set +e
-  wait -n -p exited "${alive[@]}"
-  status=$?
-  set -e
-  [ -n "${exited:-}" ] || continue
+  exited=""
+  status=0
+  wait -n -p exited "${alive[@]}" || status=$?
+  [ -n "$exited" ] || continue
   name="${NAMES[$exited]:-$exited}"
   say "$name exited (status $status)"
   remaining=()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from importlib import import_module
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from chat.startup import close_services
+from chat.ops.startup import close_services
 
 DESKTOP_UA = (
     "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
@@ -24,6 +25,55 @@ PHONE_UA = (
     "(KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1"
 )
 REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Passwords made in the tests' own process are cheap to hash (tests/hashers.py)."""
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = [
+        "tests.hashers.QuickPBKDF2PasswordHasher",
+        *settings.PASSWORD_HASHERS,
+    ]
+    config.pluginmanager.register(SlowFirst(), "chatsite-slow-first")
+
+
+# The modules that take a minute or more (`pytest --durations`, 2026-12-01), slowest first.
+# xdist hands out whole files (--dist loadfile) in collection order (the Makefile turns off its
+# reordering by test count, which put these last and left one worker running them alone for
+# minutes at the end); a file not listed keeps its place after these.
+SLOW_FIRST = (
+    "tests/test_security_http_fuzz.py",
+    "tests/test_backpressure.py",
+    "tests/test_bench_smoke.py",
+    "tests/test_paging_servers.py",
+    "tests/test_daphne.py",
+    "tests/test_security_logins.py",
+    "tests/test_reliability_load.py",
+    "tests/test_security_sockets.py",
+    "tests/test_reliability_restart.py",
+    "tests/browser/test_console.py",
+    "tests/test_health.py",
+    "tests/test_cluster.py",
+    "tests/test_quota_daphne.py",
+    "tests/test_security_demo.py",
+    "tests/test_sentinel.py",
+    "tests/test_security_fuzz_postgres.py",
+    "tests/browser/test_xss.py",
+    "tests/browser/test_limits.py",
+    "tests/browser/test_paging.py",
+    "tests/browser/test_sidebar.py",
+    "tests/browser/test_sharing.py",
+)
+
+
+class SlowFirst:
+    """Orders the collected tests by SLOW_FIRST, after every other plugin ordered them."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        rank = {path: i for i, path in enumerate(SLOW_FIRST)}
+        items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 @pytest.fixture(scope="session")
@@ -51,6 +101,8 @@ def chat_settings(settings: Any, demo_upstream: str) -> Any:
     settings.CHAT_RATE_LIMIT = "1000/minute"
     settings.CHAT_MAX_CONCURRENT_STREAMS = 20
     settings.CHAT_DAILY_TOKENS = 0
+    # Titles are an extra upstream request after a first answer: on only where a test asks.
+    settings.CHAT_TITLES = False
     settings.CHAT_REDIS_PREFIX = f"test:{uuid.uuid4().hex[:10]}:"
     return settings
 
@@ -101,6 +153,7 @@ async def connect() -> AsyncIterator[Connect]:
         user_agent: str = DESKTOP_UA,
         extra_headers: list[tuple[bytes, bytes]] | None = None,
         expect_ready: bool = True,
+        showing: str = "",
     ) -> WebsocketCommunicator:
         headers = [(b"host", b"127.0.0.1:8000"), (b"user-agent", user_agent.encode())]
         if origin is not None:
@@ -109,7 +162,9 @@ async def connect() -> AsyncIterator[Connect]:
             key = await database_sync_to_async(session_key_for)(user)
             headers.append((b"cookie", f"sessionid={key}".encode()))
         headers.extend(extra_headers or [])
-        comm = WebsocketCommunicator(application, "/ws/chat/", headers=headers)
+        # `showing`: the conversation the tab's page shows, as the page's socket URL says.
+        path = f"/ws/chat/?conversation={showing}" if showing else "/ws/chat/"
+        comm = WebsocketCommunicator(application, path, headers=headers)
         opened.append(comm)
         connected, _ = await comm.connect(timeout=10)
         comm.connected = connected  # type: ignore[attr-defined]
@@ -121,7 +176,10 @@ async def connect() -> AsyncIterator[Connect]:
 
     yield _connect
     for comm in opened:
-        await comm.disconnect()
+        # A receive that timed out has cancelled its application already (asgiref does): it
+        # has nothing to disconnect, and the others and the services are still closed.
+        if not comm.future.done():
+            await comm.disconnect()
     # Each test has its own loop: its Redis subscriber and writer tasks are closed here, as a
     # shutdown does, rather than left for the loop's teardown to cancel mid-handshake.
     await close_services()
@@ -172,6 +230,23 @@ def real_redis() -> Iterator[redis.Redis]:
     client.ping()
     yield client
     client.close()
+
+
+@pytest.fixture(autouse=True)
+def _seeded_tiers(request: pytest.FixtureRequest) -> None:
+    """The tiers, rules and default plan that migration 0002 seeds, for every test that uses
+    the database: a transactional test that ran before in this worker (the order of files
+    differs in each xdist worker) may have flushed them, and tests then saw no tiers at all."""
+    marker = request.node.get_closest_marker("django_db")
+    if marker is None or marker.kwargs.get("transaction") or (marker.args and marker.args[0]):
+        return  # no database, or a transactional test (flushed and restored by design)
+    request.getfixturevalue("db")
+    from django.apps import apps
+
+    from chat.models import ModelTier
+
+    if not ModelTier.objects.exists():
+        import_module("chat.migrations.0002_seed_tiers").seed(apps, None)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-django orders transactional tests last

@@ -30,15 +30,25 @@ def base_env(**extra: str) -> dict[str, str]:
     env.pop("REDIS_URL", None)
     env.pop("DATABASE_URL", None)
     env.update(
-        DJANGO_SETTINGS_MODULE="chatsite.settings",
+        # chatsite.settings with cheap password hashes (tests/server_settings.py).
+        DJANGO_SETTINGS_MODULE="tests.server_settings",
         DJANGO_DEBUG="0",
         DJANGO_SECURE="0",
         DJANGO_SECRET_KEY="tests-only-not-a-secret-0123456789abcdefghijklmnop",
         DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
         DEMO_TTFB_MS="0",
         DEMO_TOKENS_PER_SECOND="0",
-        # SIGTERM drains running answers for this long (chat/shutdown.py): keep teardowns quick.
+        # SIGTERM drains running answers for this long (chat/ops/shutdown.py): keep teardowns quick.
         CHAT_SHUTDOWN_GRACE="1",
+        # Tests sign up and log in many users from 127.0.0.1; the tests of these throttles
+        # (tests/test_security_logins.py) set their own.
+        CHAT_SIGNUP_RATE_PER_ADDRESS="100000/hour",
+        CHAT_LOGIN_RATE_PER_ADDRESS="100000/hour",
+        CHAT_LOGIN_RATE_PER_USERNAME="100000/hour",
+        # A conversation's title is one more (background) request that holds a stream slot
+        # for a moment: tests that count requests and streams exactly do without it; the tests
+        # of titles, and of a stolen session (a title is news for the tabs too), turn it on.
+        CHAT_TITLES="0",
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)
@@ -62,7 +72,8 @@ def migrated_sqlite(directory: Path) -> str:
     return f"sqlite:///{target}"
 
 
-def wait_until_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+def wait_until_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 90.0) -> None:
+    """Wait for the server to answer; a loaded machine (CI beside Chromium) can take a while."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -6,11 +6,14 @@ from datetime import date, timedelta
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from django.test import Client
 
-from chat.models import DeviceRule, ModelTier, Plan, Quota, Usage
-from tests.conftest import PHONE_UA
+from chat.limits.limiter import Admission, Limiter
+from chat.limits.usage import today
+from chat.models import DeviceRule, ModelTier, Plan, Quota, Usage, UsageReset
+from tests.conftest import PHONE_UA, REDIS_URL
 
 
 @pytest.fixture
@@ -87,7 +90,7 @@ def test_the_admin_index_charts_site_wide_usage(admin_client: Client, owner: Any
 
 
 @pytest.mark.django_db
-def test_bulk_actions_change_plan_and_reset_todays_usage(
+def test_bulk_action_puts_users_on_a_plan(
     admin_client: Client, owner: Any, other_user: Any
 ) -> None:
     plan = Plan.objects.create(name="Team")
@@ -100,11 +103,61 @@ def test_bulk_actions_change_plan_and_reset_todays_usage(
         owner.pk,
         other_user.pk,
     }
-    Usage.objects.create(user=owner, model="m", tier="full", requests=1, prompt_tokens=9)
-    admin_client.post(
-        "/admin/auth/user/", {"action": "reset_today", "_selected_action": [owner.pk]}
+
+
+@pytest.mark.django_db
+def test_resetting_todays_usage_gives_the_quota_back_and_keeps_the_history(
+    admin_client: Client, owner: Any, settings: Any, redis_prefix: str
+) -> None:
+    # The admin's requests each run on their own event loop: the count must live in Redis.
+    settings.REDIS_URL = REDIS_URL
+    settings.CHAT_DAILY_TOKENS = 1000
+    day = today()
+    Usage.objects.create(
+        user=owner,
+        day=day,
+        model="m",
+        tier="full",
+        requests=2,
+        prompt_tokens=300,
+        completion_tokens=600,
     )
-    assert not Usage.objects.filter(user=owner, day=date.today()).exists()
+
+    async def spend() -> None:
+        limiter = Limiter()
+        admission = await limiter.admit(owner.pk, estimate_tokens=900)
+        assert isinstance(admission, Admission)
+        await admission.settle(900)
+        await limiter.aclose()
+
+    async def counted() -> tuple[int, int]:
+        limiter = Limiter()
+        try:
+            return await limiter.tokens_today(owner.pk)
+        finally:
+            await limiter.aclose()
+
+    async_to_sync(spend)()
+    assert "100" in _left_today(admin_client, owner)
+    response = admin_client.post(
+        "/admin/auth/user/", {"action": "reset_today", "_selected_action": [owner.pk]}, follow=True
+    )
+    assert "Their usage history and charts keep today." in response.content.decode()
+    # The history is whole (the chart keeps the day); the reset is recorded beside it.
+    assert Usage.objects.get(user=owner, day=day).total_tokens == 900
+    assert list(UsageReset.objects.values_list("user_id", "day", "tokens")) == [
+        (owner.pk, day, 900)
+    ]
+    chart = admin_client.get(f"/admin/auth/user/{owner.pk}/change/").content.decode()
+    assert f"{day:%Y-%m-%d}: 900 tokens, 2 requests" in chart
+    assert "1,000" in _left_today(admin_client, owner)
+    assert async_to_sync(counted)() == (0, 1000)
+
+
+def _left_today(client: Client, user: Any) -> str:
+    """The "Left today" cell of the user's row in the admin's user list."""
+    page = client.get(f"/admin/auth/user/?q={user.username}").content.decode()
+    return page.split('class="field-remaining_today">', 1)[1].split("<", 1)[0]
 
 
 @pytest.mark.usefixtures("chat_settings")

@@ -30,19 +30,30 @@ def run_bench(out: Path, sections: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(300)
 def test_the_quick_benchmark_measures_every_side_and_writes_its_results(tmp_path: Path) -> None:
-    results = run_bench(tmp_path, "relay,capacity,reuse,first_turn")
+    results = run_bench(tmp_path, "relay,turn_cpu,capacity,reuse,first_turn")
 
     assert results["meta"]["config"]["mode"] == "quick-tiny"
     by_n = results["relay"]["by_n"]
     assert set(by_n) == {"1", "2"}
+    # The quick run never installs or starts the peer (LiteLLM): only --full or --peer do.
+    assert "peer" not in results
     for sides in by_n.values():
         assert {"direct", "chatsite", "naive"} <= set(sides)
+        assert "litellm" not in sides
         for name, side in sides.items():
             # Every answer arrived whole on every side (the clients check the text length).
             assert side["turns"] > 0 and side["ok"] == side["turns"], (name, side["errors"])
             assert side["ttft_ms"]["n"] == side["turns"]
         assert "server_cpu_ms_per_1k_tokens" in sides["chatsite"]
         assert "added_ttft_ms" in sides["chatsite"]
+    # CPU per turn: every turn of every burst answered whole, and its CPU read from /proc.
+    turn_cpu = results["turn_cpu"]["chatsite"]
+    assert turn_cpu["turns"] == 3 and len(turn_cpu["bursts"]) == 1
+    for burst in turn_cpu["bursts"]:
+        assert burst["ok"] == burst["turns"] == 3, burst["errors"]
+        assert burst["server_cpu_ms"] > 0
+    assert turn_cpu["median_cpu_ms_per_turn"] > 0
+    assert "median_cpu_ms_per_1k_tokens" in turn_cpu
     idle = results["capacity"]["idle"]["chatsite"]
     assert idle["held"] == idle["sockets"]
     assert set(results["capacity"]["turn_rate"]["2"]) >= {"direct", "chatsite", "naive"}
@@ -52,6 +63,7 @@ def test_the_quick_benchmark_measures_every_side_and_writes_its_results(tmp_path
     assert reuse["chatsite"]["connections_used"] <= reuse["chatsite"]["concurrency"] + 1
     assert {"cold", "warmed", "second"} == set(results["first_turn"])
     assert (tmp_path / "results.md").read_text().startswith("# Benchmark run (quick-tiny)")
+    assert "## CPU per turn" in (tmp_path / "results.md").read_text()
     assert (tmp_path / "relay_cost.png").stat().st_size > 0
     assert (tmp_path / "turn_rate.png").stat().st_size > 0
 
@@ -66,7 +78,13 @@ def test_the_browser_benchmark_streams_with_every_renderer(tmp_path: Path) -> No
     results = run_bench(tmp_path, "browser")
 
     runs = results["browser"]["runs"]
-    assert [r["renderer"] for r in runs] == ["chatsite", "naive", "naive+relay"]
+    assert [r["renderer"] for r in runs] == [
+        "chatsite",
+        "naive",
+        "naive+relay",
+        "chatsite, markdown",  # the demo model's /markdown: what live rendering works on
+        "naive, markdown",
+    ]
     for run in runs:
         assert run.get("complete") is True, run
         assert run["chunk_frames"] >= 1

@@ -9,7 +9,8 @@ import pytest
 from channels.db import database_sync_to_async
 from django.test import Client
 
-from chat import services
+from chat import branches
+from chat import conversations as services
 from chat.models import Conversation, Message
 from tests.conftest import receive_until_done
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("chat_settings")
 
 def texts(conversation: Conversation) -> list[str]:
     conversation.refresh_from_db()
-    return [e.message.text for e in services.thread(conversation)]
+    return [e.message.text for e in branches.thread(conversation)]
 
 
 async def ask(comm: Any, text: str, conversation: str = "", **extra: Any) -> dict[str, Any]:
@@ -39,8 +40,11 @@ async def test_editing_a_prompt_forks_the_conversation_and_keeps_the_old_branch(
     )("created_at")
     edited = await ask(comm, "/echo uno", str(conv.id), replaces=first_prompt.mid)
     assert edited["text"] == "uno"
-    # The page is shown anew: the edit replaced the thread rather than appending to it.
-    assert "innerHTML:#messages" in edited["html"][0]
+    # Only what changed is sent: the first prompt had no parent, so the page drops every
+    # message (data-fork-after="") and appends the new version and its answer; the rest of
+    # the old thread is not in the frame.
+    assert 'data-fork-after=""' in edited["html"][0]
+    assert "/echo uno" in edited["html"][0] and "/echo two" not in edited["html"][0]
     assert await database_sync_to_async(texts)(conv) == ["/echo uno", "uno"]
     # The old branch is still there, one click away.
     await database_sync_to_async(services.do_switch_version)(
@@ -57,7 +61,7 @@ async def test_regenerating_an_answer_adds_a_version_of_it(connect: Any, owner: 
     assert again["done"]["mid"] != first["done"]["mid"]
     assert again["text"] == "same"
     conv = await database_sync_to_async(Conversation.objects.get)(user=owner)
-    entries = await database_sync_to_async(services.thread)(conv)
+    entries = await database_sync_to_async(branches.thread)(conv)
     answer = entries[-1]
     assert (answer.version, answer.versions) == (2, 2)
     assert answer.previous == first["done"]["mid"]

@@ -1,8 +1,10 @@
 """`make cluster` end to end: deploy/cluster.sh started as it is, driven through nginx.
 
-nginx in front of web1 and web2, with a PostgreSQL database of this module and a Redis server of
-its own (a private `redis-server` on a free port, so stopping it to test readiness disturbs no
-one else). The tests run in file order: the kill and the Redis outage come after the others.
+nginx in front of web1 and web2, with a PostgreSQL database the script creates and a Redis server
+of this module's own (a private `redis-server` on a free port, so stopping it to test readiness
+disturbs no one else). The tests run in file order: the kill and the Redis outage come after the
+others; then two clusters of their own are used for real and stopped — by signals to the whole
+process group, and by SIGKILL of the script — and nothing of them may be left.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
+import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -26,11 +27,22 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
+from tests.cluster import (
+    REDIS_SERVER,
+    Cluster,
+    RedisServer,
+    database_connections,
+    drop_database,
+    running_cluster,
+    unused_database_url,
+    wait_for_output,
+    wait_until_nothing_is_left,
+    what_is_left,
+)
 from tests.servers import ROOT, base_env, free_port, signup
 from tests.test_daphne import (
     Answer,
     chat_socket,
-    fresh_postgres_database,
     new_username,
     next_json,
     postgres_available,
@@ -38,149 +50,48 @@ from tests.test_daphne import (
     ready,
     send_prompt,
 )
+from tests.test_monitoring import referenced_families
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
-REDIS_SERVER = shutil.which("redis-server")
 
 pytestmark = [
     pytest.mark.skipif(NGINX is None, reason="nginx is not installed (.ci/run installs it)"),
     pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed"),
+    pytest.mark.skipif(not postgres_available(), reason="PostgreSQL is not reachable"),
     pytest.mark.timeout(180),
 ]
 
-STARTUP_SECONDS = 90
-
-
-@dataclass
-class RedisServer:
-    """A redis-server of this module's own, that a test may stop and start again."""
-
-    port: int
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        assert REDIS_SERVER is not None
-        self.proc = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), _connect(self.port):
-                return
-            time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-        self.proc = None
-
-
-def _connect(port: int) -> contextlib.AbstractContextManager[object]:
-    import socket
-
-    return socket.create_connection(("127.0.0.1", port), timeout=1)
-
-
-@dataclass
-class Cluster:
-    base: str  # nginx
-    web_ports: dict[str, int]
-    run_dir: Path
-    redis: RedisServer
-    database_url: str
-
-    def pid(self, instance: str) -> int:
-        return int((self.run_dir / f"{instance}.pid").read_text())
+# Small limits so that a test can reach them; a short grace so that stops are quick.
+CLUSTER_ENV = {
+    "DEMO_TOKENS_PER_SECOND": "200",
+    "CHAT_RATE_LIMIT": "3/minute",
+    "CHAT_MAX_CONCURRENT_STREAMS": "20",
+    "CHAT_LEASE_SECONDS": "2",
+    "CHAT_CHECKPOINT_SECONDS": "0.5",
+    "CHAT_SHUTDOWN_GRACE": "2",
+}
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    if not postgres_available():
-        pytest.skip("PostgreSQL is not reachable at 127.0.0.1:5432")
-    redis_server = RedisServer(free_port())
-    redis_server.start()
-    workdir = Path(tempfile.mkdtemp(prefix="chatsite-cluster-test-"))
-    workdir.chmod(0o755)  # nginx's workers run as an unprivileged user and read static/ here
-    ports = {"nginx": free_port(), "web1": free_port(), "web2": free_port()}
-    output = (workdir / "cluster.out").open("wb")
-    proc: subprocess.Popen[bytes] | None = None
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer(free_port())
+    server.start()
     try:
-        with fresh_postgres_database("chatsite_cluster") as database_url:
-            env = base_env(
-                CLUSTER_PORT=str(ports["nginx"]),
-                WEB1_PORT=str(ports["web1"]),
-                WEB2_PORT=str(ports["web2"]),
-                CLUSTER_RUN_DIR=str(workdir / "run"),
-                DJANGO_STATIC_ROOT=str(workdir / "static"),
-                REDIS_URL=redis_server.url,
-                DATABASE_URL=database_url,
-                DEMO_TOKENS_PER_SECOND="200",
-                CHAT_RATE_LIMIT="3/minute",
-                CHAT_MAX_CONCURRENT_STREAMS="20",
-                CHAT_LEASE_SECONDS="2",
-                CHAT_CHECKPOINT_SECONDS="0.5",
-                CHAT_SHUTDOWN_GRACE="2",
-            )
-            env.pop("DJANGO_SECRET_KEY")  # the script makes one for both instances
-            proc = subprocess.Popen(
-                ["bash", "deploy/cluster.sh"],
-                cwd=ROOT,
-                env=env,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a group of its own: Ctrl-C here is not Ctrl-C there
-            )
-            base = f"http://127.0.0.1:{ports['nginx']}"
-            _wait_for_cluster(base, proc, workdir / "cluster.out")
-            yield Cluster(
-                base,
-                {"web1": ports["web1"], "web2": ports["web2"]},
-                workdir / "run",
-                redis_server,
-                database_url,
-            )
-            _stop_cluster(proc)
-            # Everything it started is gone: no process listens on any of its ports.
-            for port in ports.values():
-                with pytest.raises(OSError), _connect(port):
-                    pass
+        yield server
     finally:
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        output.close()
-        redis_server.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        server.stop()
 
 
-def _wait_for_cluster(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"cluster.sh exited with {proc.returncode}:\n{log.read_text()}")
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"the cluster did not come up:\n{log.read_text()}")
-
-
-def _stop_cluster(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)  # what Ctrl-C or systemd does
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise AssertionError("cluster.sh did not stop within 60 s of SIGTERM") from None
+@pytest.fixture(scope="module")
+def cluster(redis_server: RedisServer) -> Iterator[Cluster]:
+    """One cluster for the tests that use it without stopping it (they run in file order)."""
+    with running_cluster(
+        redis_server, unused_database_url("chatsite_cluster"), **CLUSTER_ENV
+    ) as running:
+        yield running
+        running.proc.send_signal(signal.SIGTERM)  # what Ctrl-C or systemd does
+        assert running.proc.wait(timeout=60) == 143
+        assert what_is_left(running) == [], running.log()
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -230,6 +141,25 @@ def test_nginx_serves_static_files_with_long_cache_headers_and_gzip(cluster: Clu
     assert "content-security-policy" not in asset.headers
 
 
+def test_nginx_keeps_the_demo_model_off_the_public_side(cluster: Cluster) -> None:
+    # The instances serve the demo model (it is their configured model) to themselves...
+    for port in cluster.web_ports.values():
+        assert httpx.get(f"http://127.0.0.1:{port}/demo/v1/models").status_code == 200
+    # ...and nginx, the public side, never passes it on, however the path is spelled.
+    for path in (
+        "/demo/v1/models",
+        "/demo/v1/chat/completions",
+        "/demo/",
+        "/demo/./v1/models",
+        "/demo//v1/models",
+        "/%64emo/v1/models",
+        "/ws/../demo/v1/models",
+    ):
+        response = httpx.post(f"{cluster.base}{path}", json={"model": "demo-full"})
+        assert response.status_code == 404, path
+        assert "demo-full" not in response.text, path
+
+
 async def test_metrics_counters_move_on_the_instances(cluster: Cluster) -> None:
     before = completed_turns(cluster)
     client = signup(cluster.base, new_username())
@@ -244,6 +174,14 @@ async def test_metrics_counters_move_on_the_instances(cluster: Cluster) -> None:
         through_nginx = await http.get(f"{cluster.base}/metrics")
     assert through_nginx.status_code == 200
     assert "chat_turns_finished_total" in through_nginx.text
+
+
+def test_each_instance_serves_every_metric_the_dashboard_queries(cluster: Cluster) -> None:
+    wanted = referenced_families()
+    for name, port in cluster.web_ports.items():
+        response = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        served = {family.name for family in text_string_to_metric_families(response.text)}
+        assert wanted - served == set(), name
 
 
 async def test_the_rate_limit_holds_across_both_instances(cluster: Cluster) -> None:
@@ -335,3 +273,146 @@ def test_the_shipped_nginx_config_is_valid_as_it_is(tmp_path: Path) -> None:
         text=True,
     )
     assert checked.returncode == 0, checked.stderr
+
+
+# --- stopping a used cluster leaves nothing behind (issue 19) --------------------------------
+#
+# Each stop test starts a cluster of its own (a stop ends it), uses it for real — tabs through
+# nginx on both instances, a dropped answer resumed on the other instance, answers streaming at
+# the moment of the stop — and then looks for anything of it by process group and session, by
+# port and by database session.
+
+STOP_TEST_ENV = {**CLUSTER_ENV, "CHAT_RATE_LIMIT": "100/minute"}
+
+
+async def resume_on_the_other_instance(cluster: Cluster, client: httpx.Client) -> None:
+    """A tab drops mid-answer and resumes it on the other instance, as stream.js does."""
+    async with chat_socket(cluster.base, client) as ws:
+        first = (await ready(ws))["instance"]
+        await send_prompt(ws, "/long 400")
+        before = await read_answer(ws, until_chunks=3)
+        assert before.done is None, "the answer must still be streaming when the tab drops"
+        ws.transport.abort()  # the network goes away: no closing handshake
+    for _ in range(10):  # nginx picks the instance; a tab keeps reconnecting until elsewhere
+        async with chat_socket(cluster.base, client) as ws:
+            if (await ready(ws))["instance"] == first:
+                continue
+            await ws.send(
+                json.dumps({"type": "resume", "mid": before.mid, "after": before.last_seq})
+            )
+            resumed = await read_answer(ws, Answer(mid=before.mid), timeout=30)
+            assert resumed.done is not None and resumed.done["status"] == "complete"
+            return
+    raise AssertionError(f"ten sockets in a row landed on {first}")
+
+
+async def tabs_streaming(
+    stack: contextlib.AsyncExitStack, cluster: Cluster, count: int = 6
+) -> list[ClientConnection]:
+    """Tabs through nginx on both instances, each in the middle of a long answer."""
+    client = signup(cluster.base, new_username())
+    await resume_on_the_other_instance(cluster, client)
+    tabs = [
+        await stack.enter_async_context(chat_socket(cluster.base, client)) for _ in range(count)
+    ]
+    assert {(await ready(ws))["instance"] for ws in tabs} == {"web1", "web2"}
+    for ws in tabs:
+        await send_prompt(ws, "/long 5000")  # 25 s at 200 tokens/s: far longer than the grace
+    for ws in tabs:
+        assert (await read_answer(ws, until_chunks=2)).done is None
+    return tabs
+
+
+async def how_it_ended(ws: ClientConnection) -> tuple[str | None, int | str]:
+    """The status of the `done` the tab got (if any) and its close code ("open": none in 40 s)."""
+    status = None
+    try:
+        while True:
+            raw = await asyncio.wait_for(ws.recv(), 40)
+            if isinstance(raw, str) and raw.startswith("{"):
+                frame = json.loads(raw)
+                if frame["type"] == "done":
+                    status = frame["status"]
+    except TimeoutError:
+        return status, "open"
+    except ConnectionClosed as closed:
+        return status, closed.rcvd.code if closed.rcvd is not None else "no close frame"
+
+
+async def test_a_used_cluster_stopped_by_sigterm_to_its_group_leaves_nothing_behind(
+    redis_server: RedisServer,
+) -> None:
+    database_url = unused_database_url("chatsite_cluster_stop")
+    with running_cluster(redis_server, database_url, **STOP_TEST_ENV) as cluster:
+        async with contextlib.AsyncExitStack() as stack:
+            tabs = await tabs_streaming(stack, cluster)
+            os.killpg(cluster.proc.pid, signal.SIGTERM)  # as a supervisor stops its group
+            await asyncio.to_thread(wait_for_output, cluster, "[cluster] stopping")
+            # More signals while it stops — make passes its SIGTERM on to the script, people
+            # press Ctrl-C twice, supervisors repeat themselves. A signal during the stop used
+            # to end the script before it had stopped its children.
+            for again in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                os.killpg(cluster.proc.pid, again)
+            *endings, status = await asyncio.gather(
+                *(how_it_ended(ws) for ws in tabs), asyncio.to_thread(cluster.proc.wait, 90)
+            )
+        # The script exits only when everything it started is gone: no waiting here.
+        assert what_is_left(cluster) == [], cluster.log()
+        assert status == 143  # the first signal's status (128 + 15); the others changed nothing
+        # And the stop was the graceful one: each tab got its answer's end (cut at the grace,
+        # kept as `failed`) and the close that tells it to come back (4503).
+        assert endings == [("failed", 4503)] * len(tabs), cluster.log()
+
+
+async def test_a_used_cluster_whose_script_is_killed_leaves_nothing_behind(
+    redis_server: RedisServer,
+) -> None:
+    # A libpq URL without a host (libpq's defaults, here from PGHOST and PGUSER): the script
+    # creates the database and the instances use it (issue 16).
+    database_url = unused_database_url("chatsite_cluster_kill").replace(
+        "postgres://postgres@127.0.0.1:5432/", "postgres:///"
+    )
+    with running_cluster(
+        redis_server, database_url, PGHOST="127.0.0.1", PGUSER="postgres", **STOP_TEST_ENV
+    ) as cluster:
+        async with contextlib.AsyncExitStack() as stack:
+            tabs = await tabs_streaming(stack, cluster)
+            cluster.proc.kill()  # SIGKILL to the script alone: it cannot stop anything itself
+            assert cluster.proc.wait(timeout=10) == -signal.SIGKILL
+            # The kernel stops the children for it (they run with a parent-death signal).
+            left = await asyncio.to_thread(wait_until_nothing_is_left, cluster, 30)
+            assert left == [], cluster.log()
+            endings = await asyncio.gather(*(how_it_ended(ws) for ws in tabs))
+        # The tabs lost their connection: nothing was left to end their answers or say goodbye.
+        assert endings == [(None, "no close frame")] * len(tabs)
+
+
+def test_the_database_check_creates_the_database_of_a_url_without_a_host() -> None:
+    name = unused_database_url("chatsite_check").rsplit("/", 1)[1]
+    env = base_env(DATABASE_URL=f"postgres:///{name}", PGHOST="127.0.0.1", PGUSER="postgres")
+
+    def check() -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "deploy/cluster_checks.py", "database"]
+        return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+
+    try:
+        first = check()
+        assert first.returncode == 0, first.stderr
+        assert f"created database {name}" in first.stderr
+        assert database_connections(f"postgres:///{name}") == 0  # it exists, nobody is on it
+        again = check()  # the next start finds it
+        assert again.returncode == 0, again.stderr
+        assert "created" not in again.stderr
+    finally:
+        drop_database(f"postgres:///{name}")
+
+
+def test_the_database_check_says_what_it_cannot_reach_without_the_password() -> None:
+    url = f"postgres://chat:pass-w0rd-secret@127.0.0.1:{free_port()}/chatsite"
+    command = [sys.executable, "deploy/cluster_checks.py", "database"]
+    run = subprocess.run(
+        command, cwd=ROOT, env=base_env(DATABASE_URL=url), capture_output=True, text=True
+    )
+    assert run.returncode == 1
+    assert "cannot reach or create the database 'chatsite' on 127.0.0.1" in run.stderr
+    assert "pass-w0rd-secret" not in run.stderr

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 import redis
 
-from chat import control as control_module
-from chat.control import (
+from chat.turns import control as control_module
+from chat.turns.control import (
     STOP_KEY_SECONDS,
     Control,
     MemoryControl,
     RedisControl,
-    close_control,
     get_control,
 )
+from chat.turns.control import controls as loop_controls
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 UNREACHABLE_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1: a real refusal
@@ -264,7 +264,7 @@ def test_get_control_gives_one_control_per_event_loop_chosen_by_redis_url(
             await control.request_stop("m1")
             assert await control.stop_requested("m1")
         finally:
-            await close_control()
+            await loop_controls.close()
         return control
 
     assert isinstance(asyncio.run(on_redis()), RedisControl)

@@ -31,7 +31,7 @@ def test_the_list_pages_through_long_histories(client_of: Client, owner: Any) ->
         Conversation.objects.create(user=owner, title=f"chat {i:03d}")
     first = client_of.get("/conversations/").content.decode()
     assert first.count('<li id="conv-') == 50
-    assert "offset=50" in first and 'hx-trigger="revealed"' in first
+    assert "offset=50" in first and 'hx-trigger="intersect once"' in first
     last = client_of.get("/conversations/?offset=100").content.decode()
     assert last.count('<li id="conv-') == 20
     assert "Load older" not in last

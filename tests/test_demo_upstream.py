@@ -22,7 +22,7 @@ from chat.demo_upstream import (
     plan_answer,
     tokenize,
 )
-from chat.sse import SSEParser
+from chat.upstream.sse import SSEParser
 from tests.demo_server import AppResponse, call_demo_app, running_demo_server
 
 COMPLETIONS = "/v1/chat/completions"
@@ -254,6 +254,17 @@ async def test_long_answers_n_tokens_of_text_with_paragraphs() -> None:
     assert len(deltas) == 300
     assert all(delta.endswith((" ", "\n")) for delta in deltas)
     assert "\n\n" in "".join(deltas)  # paragraphs, so it renders as markdown
+
+
+async def test_markdown_answers_about_n_tokens_of_markdown_the_same_every_time() -> None:
+    from chat.demo_upstream.markdown import markdown_answer
+
+    chunks = chunks_of(await call_demo_app(fast_model(), "POST", COMPLETIONS, ask("/markdown 600")))
+    text = "".join(content_deltas(chunks))
+    assert text == markdown_answer(600)  # deterministic: the live-rendering bench's answer
+    assert 600 <= len(content_deltas(chunks)) < 800
+    assert "```" in text and "\n- " in text and "|" in text  # code, a list, a table
+    assert plan_answer("/markdown 600").tokens == plan_answer("/markdown 600").tokens
 
 
 def test_long_text_is_deterministic_and_one_text_cut_at_n() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,8 +10,10 @@ import httpx
 import pytest
 from django.test import AsyncClient
 
-from chat import shutdown
+from chat.ops import shutdown
+from chat.sockets import draining as drain_state
 from tests.servers import free_port, running_chatsite
+from tests.test_daphne import daphne_instance
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -18,7 +21,7 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 @pytest.fixture
 def draining() -> Iterator[None]:
     yield
-    shutdown.reset()
+    drain_state.reset()
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
@@ -88,3 +91,36 @@ def test_with_the_database_down_healthz_still_answers_and_readyz_names_the_datab
     # default for PostgreSQL) the probe gives up after its own short timeout.
     error = ready.json()["checks"]["database"]["error"]
     assert "OperationalError" in error or "no answer" in error
+
+
+def test_readyz_tells_a_stranger_only_unavailable_and_logs_why() -> None:
+    # The review read the database's host, port and role, and Redis's address, off /readyz.
+    # Here nothing listens at either, and this client (127.0.0.1) is not on the allow-list.
+    db_port, redis_port = free_port(), free_port()
+    dead_db = f"postgres://chatsite_role@127.0.0.1:{db_port}/secretdb"
+    with daphne_instance(
+        "web1",
+        database_url=dead_db,
+        REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
+        CHAT_METRICS_ALLOW="10.99.0.0/16",
+    ) as server:
+        ready = httpx.get(f"{server.base}/readyz", timeout=10)
+        assert ready.status_code == 503
+        assert ready.json() == {"status": "unavailable"}
+        for secret in (str(db_port), str(redis_port), "chatsite_role", "secretdb", "127.0.0.1"):
+            assert secret not in ready.text
+        # The operator still learns why, from the log.
+        deadline = time.monotonic() + 10
+        while "not ready" not in server.log():
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.1)
+        line = next(line for line in server.log().splitlines() if "not ready" in line)
+        assert "database" in line and "redis" in line, line
+
+
+def test_readyz_gives_the_allow_listed_every_check_and_why() -> None:
+    dead_db = f"postgres://postgres@127.0.0.1:{free_port()}/nothing"
+    with running_chatsite(database_url=dead_db, CHAT_METRICS_ALLOW="127.0.0.1") as base:
+        ready = httpx.get(f"{base}/readyz", timeout=10)
+    assert ready.status_code == 503
+    assert ready.json()["checks"]["database"]["ok"] is False

@@ -78,12 +78,20 @@ async def test_the_concurrent_stream_cap_frees_its_slot_when_an_answer_is_stoppe
     await comm.send_to(text_data=prompt("/long 3000"))
     mid = assistant_mid(await comm.receive_from(timeout=10))
     await comm.send_to(text_data=prompt("/echo second"))
+    # The first answer's chunks may come before the refusal: note how far they got.
+    seen = -1
     error = await next_json(comm)
     while error["type"] != "error":
+        if error["type"] == "chunk" and error["mid"] == mid:
+            seen = error["seq"]
         error = await next_json(comm)
     assert error["code"] == "too_many_streams"
+    # The block lasts until an answer ends: the frame says so instead of a countdown.
+    assert "retry_after" not in error
+    assert error["retry_when"] == "stream_ends"
+    assert "when it ends" in error["message"]
     await comm.send_to(text_data=json.dumps({"type": "stop", "mid": mid}))
-    assert (await receive_until_done(comm, mid))["done"]["status"] == "stopped"
+    assert (await receive_until_done(comm, mid, after=seen))["done"]["status"] == "stopped"
     await comm.send_to(text_data=prompt("/echo second"))
     assert (await receive_until_done(comm))["text"] == "second"
 
@@ -110,12 +118,15 @@ async def test_the_slot_is_freed_when_an_answer_ends_even_if_its_socket_dropped(
 async def test_a_daily_token_quota_is_enforced_and_named(
     connect: Any, owner: Any, settings: Any, backend: str
 ) -> None:
-    settings.CHAT_DAILY_TOKENS = 50
-    settings.CHAT_RESERVE_TOKENS = 10
+    settings.CHAT_DAILY_TOKENS = 100
     comm = await connect(owner)
-    await comm.send_to(text_data=prompt("/long 60"))
-    first = await receive_until_done(comm)
-    assert first["done"]["status"] == "complete"
+    # The answer may use what is left and no more: it stops there, and says why.
+    await comm.send_to(text_data=prompt("/long 500"))
+    first = (await receive_until_done(comm))["done"]
+    assert first["status"] == "stopped"
+    assert "daily quota reached" in first["error"]
+    assert first["usage"]["prompt_tokens"] + first["usage"]["completion_tokens"] <= 100
+    assert first["tokens_left"] == 0  # too few left for another turn
     await comm.send_to(text_data=prompt("/echo more"))
     error = await next_json(comm)
     assert error["code"] == "quota_exceeded"
@@ -126,7 +137,7 @@ async def test_a_daily_token_quota_is_enforced_and_named(
 async def test_a_failed_answer_refunds_its_reservation(
     connect: Any, owner: Any, settings: Any, backend: str
 ) -> None:
-    from chat.ratelimit import get_limiter
+    from chat.limits.limiter import get_limiter
 
     settings.CHAT_DAILY_TOKENS = 5000
     comm = await connect(owner)

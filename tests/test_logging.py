@@ -105,9 +105,9 @@ async def test_lines_logged_during_a_real_turn_carry_its_ids(
     about_it = [
         r
         for r in caplog.records
-        if r.name in ("chat.turns", "chat.upstream") and "502" in r.getMessage()
+        if r.name in ("chat.turns.turn", "chat.upstream") and "502" in r.getMessage()
     ]
-    assert {r.name for r in about_it} == {"chat.turns", "chat.upstream"}
+    assert {r.name for r in about_it} == {"chat.turns.turn", "chat.upstream"}
     for rec in about_it:
         assert rec.mid == mid  # type: ignore[attr-defined]
         assert rec.turn  # type: ignore[attr-defined]

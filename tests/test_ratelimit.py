@@ -24,17 +24,11 @@ import redis
 from django.contrib.auth import get_user_model
 from django.test import override_settings
 
-from chat import ratelimit
+from chat import metrics
+from chat.limits.limiter import Admission, Limiter, Rejection, get_limiter
+from chat.limits.plans import UserLimits, limits_for
+from chat.limits.rates import describe_rate, human_duration, parse_rate
 from chat.models import Plan, Quota
-from chat.ratelimit import (
-    Admission,
-    Limiter,
-    Rejection,
-    UserLimits,
-    get_limiter,
-    human_duration,
-    limits_for,
-)
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 # Port 1 refuses connections: a real "Redis is down", not a mock.
@@ -312,7 +306,10 @@ async def test_a_quota_rejection_with_tokens_left_says_how_many(
     await limiter.admit(1, estimate_tokens=700)
     refusal = await limiter.admit(1, estimate_tokens=600)
     assert isinstance(refusal, Rejection)
-    assert "only 300 of today's 1,000 are left" in refusal.message
+    assert refusal.message.startswith(
+        "Only 300 of today's 1,000 tokens are left: too few for this message and an answer "
+        "(it needs at least 600). The quota resets at 00:00 UTC (in "
+    )
 
 
 async def test_an_admin_reset_gives_back_todays_tokens(make_limiter: MakeLimiter) -> None:
@@ -346,9 +343,12 @@ async def test_a_third_stream_is_refused_when_two_are_allowed(make_limiter: Make
     (refusal,) = rejected(results)
     assert refusal.code == "too_many_streams"
     assert refusal.message == (
-        "You already have 2 answers streaming; wait for one to finish or stop it."
+        "You already have 2 answers streaming. You can send this when one of them ends, "
+        "or stop one first."
     )
-    assert refusal.retry_after >= 1
+    # The wait lasts until an answer ends: no countdown can be promised, so none is given.
+    assert (refusal.retry_after, refusal.reset_at) == (None, None)
+    assert refusal.retry_when == "stream_ends"
 
 
 async def test_settling_a_stream_frees_its_slot(make_limiter: MakeLimiter) -> None:
@@ -359,6 +359,27 @@ async def test_settling_a_stream_frees_its_slot(make_limiter: MakeLimiter) -> No
     assert isinstance(first, Admission)
     await first.settle(1)
     assert isinstance(await limiter.admit(1, estimate_tokens=1), Admission)
+
+
+async def test_a_title_takes_no_stream_slot_and_titles_have_a_cap_of_their_own(
+    make_limiter: MakeLimiter,
+) -> None:
+    limiter = make_limiter(max_streams=1, daily_tokens=1000)
+    title = await limiter.admit(1, estimate_tokens=30, pool="titles")
+    assert isinstance(title, Admission)
+    # The user's one stream slot is still free for their next prompt, and stays theirs.
+    answer = await limiter.admit(1, estimate_tokens=100)
+    assert isinstance(answer, Admission)
+    assert isinstance(await limiter.admit(1, estimate_tokens=1), Rejection)
+    # A second title in flight is over the cap (the same number as the streams').
+    refused = await limiter.admit(1, estimate_tokens=30, pool="titles")
+    assert isinstance(refused, Rejection) and refused.code == "too_many_streams"
+    # Its tokens still count against the quota, and settling frees its own slot only.
+    assert await limiter.tokens_today(1) == (130, 1000)
+    await title.settle(20)
+    assert isinstance(await limiter.admit(1, estimate_tokens=1), Rejection)
+    assert isinstance(await limiter.admit(1, estimate_tokens=30, pool="titles"), Admission)
+    assert await limiter.tokens_today(1) == (150, 1000)
 
 
 async def test_a_refused_stream_gives_back_nothing_it_did_not_take(
@@ -415,7 +436,8 @@ CHILD = """
 import asyncio, json, sys
 import django
 django.setup()
-from chat.ratelimit import Admission, Limiter, UserLimits
+from chat.limits.limiter import Admission, Limiter
+from chat.limits.plans import UserLimits
 
 async def resolve(user_id):
     return UserLimits("5/minute", 0, 1000, "test", False)
@@ -482,12 +504,12 @@ async def test_with_redis_down_the_open_policy_admits_and_counts_the_failure(
         failure="open",
         limits_resolver=fixed_limits(daily_tokens=1000),
     )
-    before = ratelimit.limiter_failures.get("admit", 0)
-    with caplog.at_level(logging.WARNING, logger="chat.ratelimit"):
+    before = metrics.limiter_failure_count("admit")
+    with caplog.at_level(logging.WARNING, logger="chat.limits.limiter"):
         admission = await limiter.admit(1, estimate_tokens=600)
     assert isinstance(admission, Admission)
     assert admission.degraded
-    assert ratelimit.limiter_failures["admit"] == before + 1
+    assert metrics.limiter_failure_count("admit") == before + 1
     assert "unavailable during admit" in caplog.text
     # Neither refreshing nor settling may raise while Redis is away.
     await admission.refresh()
@@ -532,9 +554,9 @@ async def test_settling_after_redis_went_away_does_not_raise(redis_prefix: str) 
     # Point the live admission's limiter at a refused port: a real connection failure.
     dead = Limiter(DEAD_REDIS_URL, prefix=redis_prefix, limits_resolver=fixed_limits())
     admission._limiter = dead
-    before = ratelimit.limiter_failures.get("settle", 0)
+    before = metrics.limiter_failure_count("settle")
     await admission.settle(1)
-    assert ratelimit.limiter_failures["settle"] == before + 1
+    assert metrics.limiter_failure_count("settle") == before + 1
     await limiter.aclose()
     await dead.aclose()
 
@@ -559,8 +581,8 @@ def test_durations_read_the_way_a_person_says_them(seconds: float, words: str) -
 
 
 def test_a_rate_of_several_units_reads_as_every() -> None:
-    (item,) = ratelimit._parse_rate("3/2second")
-    assert ratelimit.describe_rate(item) == "3 messages every 2 seconds"
+    (item,) = parse_rate("3/2second")
+    assert describe_rate(item) == "3 messages every 2 seconds"
 
 
 # --- limits from plans and quotas ------------------------------------------------------------

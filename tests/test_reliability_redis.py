@@ -27,7 +27,7 @@ from django.test import Client
 
 from chat.demo_upstream import long_tokens
 from chat.models import Message
-from chat.streamlog import Chunk, Done, get_stream_log
+from chat.turns.streamlog import Chunk, Done, get_stream_log
 from tests.conftest import assistant_mid, receive_until_done
 from tests.servers import free_port
 
@@ -197,3 +197,46 @@ async def test_a_closed_limiter_refuses_prompts_clearly_while_redis_is_down(
     private_redis.start()
     await comm.send_to(text_data=prompt("/echo admitted again"))
     assert (await receive_until_done(comm, timeout=15))["text"] == "admitted again"
+
+
+class FlakyLayer:
+    """A channel layer that is down, then back, at the exact moments the race needs.
+
+    Mocked on purpose: the race is Redis coming back between a failed group join and the next
+    receive, a window of microseconds that a real redis-server cannot be restarted into on cue.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.adds_to_fail = 2  # the join right after the outage (and its one retry) fails
+
+    async def receive(self) -> dict[str, Any]:
+        self.calls.append("receive")
+        if self.calls.count("receive") == 1:
+            raise redis.exceptions.ConnectionError("Connection closed by server.")
+        return {"type": "user.deactivated"}
+
+    async def group_add(self, group: str, channel: str) -> None:
+        if self.adds_to_fail:
+            self.adds_to_fail -= 1
+            self.calls.append("add failed")
+            raise redis.exceptions.ConnectionError("Error 111 connecting")
+        self.calls.append("add")
+
+
+async def test_a_tab_joins_its_group_again_before_it_listens_after_an_outage() -> None:
+    """The receive that works once Redis is back must not come before the group knows the tab
+    again, or its logout and deactivation events go nowhere (seen under load in CI)."""
+    from chat.sockets.consumers import ChatConsumer
+
+    layer = FlakyLayer()
+    consumer = ChatConsumer()
+    consumer.channel_layer = layer
+    consumer.channel_name = "tab-1"
+    consumer.group = "user-1"
+    consumer.joined = True
+    consumer.channel_receive = layer.receive
+    message = await consumer.channel_receive()
+    assert message == {"type": "user.deactivated"}
+    assert layer.calls == ["receive", "add failed", "add failed", "add", "receive"]
+    assert consumer.joined

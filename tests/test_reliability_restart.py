@@ -1,32 +1,54 @@
 """Server restart mid-answer: a real daphne is killed (SIGKILL) while it streams, then restarted.
 
-The answer keeps the text of its last checkpoint and is marked `failed` — by the instance
-itself when it comes back (it owned the answer, so the answer cannot still be running), or
-by any other instance once the dead one's lease runs out. It is never left `streaming`, and
-the user can ask again in the same conversation.
+The answer keeps its text and is marked `failed` — by the instance itself when it comes back
+(it owned the answer, so the answer cannot still be running), or by any other instance once
+the dead one's lease runs out. It is never left `streaming`, and the user can ask again in the
+same conversation. Without Redis the text is the last checkpoint's; with Redis it is everything
+the stream log holds, so a tab gets back all it had shown, and the dead turn's stream slot and
+reservation are released.
 """
 
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import os
 import re
 import signal
 import sqlite3
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import redis
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from chat.demo_upstream import long_tokens
+from chat.limits.rates import utc_day
+from chat.tokens import estimate_tokens
 from tests.conftest import assistant_mid
 from tests.servers import free_port, migrated_sqlite, running_chatsite, signup
+from tests.test_daphne import (
+    REDIS_URL,
+    Answer,
+    chat_socket,
+    daphne_instance,
+    fresh_postgres_database,
+    needs_postgres,
+    new_username,
+    next_json,
+    query_one,
+    read_answer,
+    ready,
+    redis_prefix,
+    send_prompt,
+)
 
 # 50 tokens/s: a /long 1000 answer would take 20 s, so it is surely cut mid-way.
 SLOW = {"DEMO_TOKENS_PER_SECOND": "50", "DEMO_TTFB_MS": "0", "CHAT_CHECKPOINT_SECONDS": "0.5"}
@@ -178,3 +200,113 @@ async def test_an_answer_whose_instance_never_returns_is_failed_by_another_when_
         done = await ask_again(base, session, conversation)
         assert done["status"] == "complete"
     client.close()
+
+
+# --- with Redis and PostgreSQL: nothing the tab was shown is lost (issue 13, finding 7) --------
+
+CRASH_ENV = {
+    "DEMO_TOKENS_PER_SECOND": "200",  # /long 3000 takes 15 s
+    "DEMO_TTFB_MS": "0",
+    # The checkpoint lags the stream: at the kill the database holds less than the tab saw,
+    # while the stream log on Redis holds all of it.
+    "CHAT_CHECKPOINT_SECONDS": "2",
+    "CHAT_LEASE_SECONDS": "5",
+    # One stream at a time: the dead turn's slot must be released for the next prompt.
+    "CHAT_MAX_CONCURRENT_STREAMS": "1",
+    "CHAT_DAILY_TOKENS": "1000000",
+    "REDIS_URL": REDIS_URL,
+}
+
+
+def limiter_state(prefix: str, user_id: int, slot: str) -> tuple[int, bool]:
+    """(today's tokens counted for the user, whether the slot is still held) on Redis."""
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        tokens = client.get(f"{prefix}{{u:{user_id}}}:tokens:{utc_day(time.time())}")
+        held = client.zscore(f"{prefix}{{u:{user_id}}}:streams", slot) is not None
+    finally:
+        client.close()
+    return int(tokens or 0), held
+
+
+async def tokens_once_released(prefix: str, user_id: int, slot: str) -> int:
+    """Today's tokens once the slot is no longer held (waits at most 10 s)."""
+    async with asyncio.timeout(10):
+        while True:
+            tokens, held = limiter_state(prefix, user_id, slot)
+            if not held:
+                return tokens
+            await asyncio.sleep(0.05)
+
+
+async def read_for(ws: ClientConnection, seconds: float) -> Answer:
+    """The answer as a tab shows it after `seconds` of streaming."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    seen = await read_answer(ws, until_chunks=1)
+    while loop.time() < deadline and seen.done is None:
+        seen = await read_answer(ws, seen, until_chunks=len(seen.chunks) + 1)
+    return seen
+
+
+@needs_postgres
+@pytest.mark.timeout(180)
+async def test_a_tab_cut_off_by_a_crash_gets_back_everything_it_showed_and_can_ask_again() -> None:
+    with fresh_postgres_database() as database_url, redis_prefix() as prefix:
+        env = {**CRASH_ENV, "CHAT_REDIS_PREFIX": prefix}
+        with daphne_instance("crash1", database_url=database_url, **env) as first:
+            username = new_username()
+            client = await asyncio.to_thread(signup, first.base, username)
+            async with chat_socket(first.base, client) as ws:
+                await ready(ws)
+                await send_prompt(ws, "/long 3000")
+                seen = await read_for(ws, 3.0)  # a few seconds into the answer
+                assert seen.done is None and seen.mid is not None
+                first.kill()  # SIGKILL: no drain, no save, no settle
+        row = query_one(
+            database_url,
+            "SELECT m.text, m.admission, c.user_id, c.id FROM chat_message m"
+            " JOIN chat_conversation c ON c.id = m.conversation_id WHERE m.mid = %s",
+            seen.mid,
+        )
+        assert row is not None
+        checkpoint, admission, user_id, conversation = row
+        assert seen.text.startswith(checkpoint)
+        reserved, held = limiter_state(prefix, user_id, admission["slot"])
+        assert held and reserved == admission["reserved"]
+
+        # The same instance comes back; the tab reconnects and resumes after its last chunk.
+        with daphne_instance("crash1", database_url=database_url, **env) as second:
+            async with chat_socket(second.base, client) as ws:
+                await ready(ws)
+                resume = {"type": "resume", "mid": seen.mid, "after": seen.last_seq}
+                await ws.send(json.dumps(resume))
+                ended = await read_answer(ws, Answer(mid=seen.mid), timeout=30)
+                assert ended.errors == [], ended.errors
+                assert ended.done is not None and ended.done["status"] == "failed"
+                assert "interrupted" in ended.done["error"]
+                # The final HTML ends the answer in the tab with everything it had shown.
+                final = next(h for h in ended.html if f'data-mid="{seen.mid}"' in h)
+                assert 'data-status="failed"' in final
+                source = re.search(r'<template class="source">(.*?)</template>', final, re.S)
+                assert source and html.unescape(source.group(1)).startswith(seen.text)
+                stored = query_one(
+                    database_url, "SELECT status, text FROM chat_message WHERE mid = %s", seen.mid
+                )
+                assert stored is not None and stored[0] == "failed"
+                assert stored[1].startswith(seen.text) and len(stored[1]) > len(checkpoint)
+                assert "".join(long_tokens(3000)).startswith(stored[1])
+                # The slot is freed (by the reaper, which may still be at it when the tab is
+                # told) and the reservation settled for what was delivered.
+                tokens = await tokens_once_released(prefix, user_id, admission["slot"])
+                assert tokens == admission["prompt_tokens"] + estimate_tokens(stored[1])
+                # A stop of the ended answer is answered with its done, not ignored.
+                await ws.send(json.dumps({"type": "stop", "mid": seen.mid}))
+                stop_answer = await next_json(ws)
+                assert stop_answer["type"] == "done" and stop_answer["status"] == "failed"
+                # The prompt box works: a new prompt is admitted and answered at once.
+                await send_prompt(ws, "/echo after the crash", str(conversation))
+                again = await read_answer(ws)
+                assert again.errors == [], again.errors
+                assert again.done is not None and again.done["status"] == "complete"
+            client.close()

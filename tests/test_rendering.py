@@ -1,17 +1,15 @@
-"""Tests for chat/rendering.py: model output becomes safe HTML, benign markdown still renders."""
+"""Tests for chat.rendering: model output becomes safe HTML, benign markdown still renders."""
 
 from __future__ import annotations
 
 import html
 import re
 import runpy
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pygments.token import STANDARD_TYPES
 
 from chat.rendering import (
     HIGHLIGHT_MAX_CHARS,
@@ -20,128 +18,9 @@ from chat.rendering import (
     render_plain,
     sanitise_html,
 )
+from tests.rendering_oracle import PAYLOADS, SAFE_REL, elements, unsafe_parts
 
 ROOT = Path(__file__).resolve().parents[1]
-PAYLOADS_FILE = ROOT / "tests" / "data" / "xss_payloads.txt"
-
-# The oracle's own allow-list, written out here on purpose rather than imported from
-# chat.rendering: if the module's list ever grew an `img` or a `style`, these tests must fail.
-ALLOWED_ATTRIBUTES: dict[str, set[str]] = {
-    **{tag: set() for tag in ("p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6")},
-    **{tag: set() for tag in ("strong", "em", "s", "blockquote", "ul", "li")},
-    **{tag: set() for tag in ("table", "thead", "tbody", "tr")},
-    "a": {"href", "title", "target", "rel"},
-    "ol": {"start"},
-    "div": {"class", "data-lang"},
-    "pre": {"class"},
-    "code": {"class"},
-    "span": {"class"},
-    "th": {"class"},
-    "td": {"class"},
-}
-ALIGN_CLASSES = {"align-left", "align-center", "align-right"}
-ALLOWED_CLASS = {
-    "div": lambda cls: cls == "codeblock",
-    "pre": lambda cls: cls == "code",
-    "code": lambda cls: re.fullmatch(r"language-[a-z0-9][a-z0-9+#._-]*", cls) is not None,
-    "span": lambda cls: cls in set(STANDARD_TYPES.values()) - {""},
-    "th": lambda cls: cls in ALIGN_CLASSES,
-    "td": lambda cls: cls in ALIGN_CLASSES,
-}
-ALLOWED_SCHEMES = {"http", "https", "mailto"}
-SAFE_REL = "noopener noreferrer nofollow"
-
-
-def load_payloads() -> list[str]:
-    """Records separated by `%%%` lines; the text before the first separator is a comment."""
-    text = PAYLOADS_FILE.read_text(encoding="utf-8")
-    records = re.split(r"^%%%$", text, flags=re.MULTILINE)[1:]
-    return [record.strip("\n") for record in records if record.strip("\n")]
-
-
-PAYLOADS = load_payloads()
-
-
-def url_scheme(url: str) -> str | None:
-    """The scheme a browser would see: it strips C0/space at the ends and tab/CR/LF inside."""
-    cleaned = re.sub(r"[\t\n\r]", "", url.strip("".join(map(chr, range(0x21))))).lower()
-    match = re.match(r"([a-z][a-z0-9+.\-]*):", cleaned)
-    return match.group(1) if match else None
-
-
-class UnsafeHtmlFinder(HTMLParser):
-    """Parses rendered HTML (entities decoded, as a browser would) and lists what is unsafe."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.problems: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag not in ALLOWED_ATTRIBUTES:
-            self.problems.append(f"tag <{tag}> is not allowed")
-            return
-        for name, value in attrs:
-            value = value or ""
-            if name.startswith("on"):
-                self.problems.append(f"event handler {name} on <{tag}>")
-            elif name not in ALLOWED_ATTRIBUTES[tag]:
-                self.problems.append(f"attribute {name} on <{tag}> is not allowed")
-            elif name == "class":
-                bad = [cls for cls in value.split() if not ALLOWED_CLASS[tag](cls)]
-                if bad:
-                    self.problems.append(f"class {bad} on <{tag}>")
-            elif name == "href":
-                scheme = url_scheme(value)
-                if scheme in {"javascript", "data", "vbscript"}:
-                    self.problems.append(f"dangerous href {value!r}")
-                elif scheme not in ALLOWED_SCHEMES:
-                    self.problems.append(f"href {value!r} is not absolute http(s)/mailto")
-            elif name == "rel" and value != SAFE_REL:
-                self.problems.append(f"rel {value!r} on <{tag}>")
-            elif name == "target" and value != "_blank":
-                self.problems.append(f"target {value!r} on <{tag}>")
-
-    def handle_comment(self, data: str) -> None:
-        self.problems.append(f"comment {data!r}")
-
-    def handle_decl(self, decl: str) -> None:
-        self.problems.append(f"declaration {decl!r}")
-
-    def unknown_decl(self, data: str) -> None:
-        self.problems.append(f"declaration {data!r}")
-
-    def handle_pi(self, data: str) -> None:
-        self.problems.append(f"processing instruction {data!r}")
-
-
-def unsafe_parts(rendered: str) -> list[str]:
-    problems = []
-    # Substring checks too, in case a parser quirk hides a tag from HTMLParser.
-    if "<script" in rendered.lower():
-        problems.append("<script in output")
-    if "<img" in rendered.lower():
-        problems.append("<img in output")
-    finder = UnsafeHtmlFinder()
-    finder.feed(rendered)
-    finder.close()
-    return problems + finder.problems
-
-
-class ElementCollector(HTMLParser):
-    """The start tags of a fragment with their attributes, for asserting on benign output."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.elements: list[tuple[str, dict[str, str | None]]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.elements.append((tag, dict(attrs)))
-
-
-def elements(rendered: str, tag: str) -> list[dict[str, str | None]]:
-    collector = ElementCollector()
-    collector.feed(rendered)
-    return [attrs for name, attrs in collector.elements if name == tag]
 
 
 # --- the oracle itself must be able to fail -------------------------------------------------
@@ -284,8 +163,9 @@ def test_inline_code_is_escaped() -> None:
 def test_fenced_code_is_highlighted_with_classes_inside_a_codeblock_wrapper() -> None:
     rendered = render_markdown('```python\ndef f():\n    return "<b>"\n```\n')
     assert rendered.startswith(
-        '<div class="codeblock" data-lang="python"><pre class="code">'
-        '<code class="language-python"><span class="k">def</span>'
+        '<div class="codeblock" data-lang="python">'
+        '<div class="codeblock-bar"><span class="codeblock-lang">python</span></div>'
+        '<pre class="code"><code class="language-python"><span class="k">def</span>'
     )
     assert '<span class="s2">"&lt;b&gt;"</span>' in rendered
     assert rendered.endswith("</code></pre></div>\n")
@@ -293,21 +173,44 @@ def test_fenced_code_is_highlighted_with_classes_inside_a_codeblock_wrapper() ->
 
 def test_a_language_alias_gets_the_canonical_language_class_and_keeps_its_label() -> None:
     rendered = render_markdown("```py\nx = 1\n```\n")
-    assert elements(rendered, "div") == [{"class": "codeblock", "data-lang": "py"}]
+    assert elements(rendered, "div") == [
+        {"class": "codeblock", "data-lang": "py"},
+        {"class": "codeblock-bar"},
+    ]
     assert elements(rendered, "code") == [{"class": "language-python"}]
 
 
 def test_an_unknown_language_is_escaped_plainly() -> None:
     rendered = render_markdown("```nosuchlanguage\n<b>x</b>\n```\n")
     assert rendered == (
-        '<div class="codeblock" data-lang="nosuchlanguage"><pre class="code">'
+        '<div class="codeblock" data-lang="nosuchlanguage"><div class="codeblock-bar">'
+        '<span class="codeblock-lang">nosuchlanguage</span></div><pre class="code">'
         "<code>&lt;b&gt;x&lt;/b&gt;\n</code></pre></div>\n"
     )
 
 
 def test_indented_code_gets_the_codeblock_wrapper_too() -> None:
     rendered = render_markdown("text\n\n    x = <y>\n")
-    assert '<div class="codeblock" data-lang=""><pre class="code"><code>x = &lt;y&gt;' in rendered
+    assert (
+        '<div class="codeblock" data-lang=""><div class="codeblock-bar"></div>'
+        '<pre class="code"><code>x = &lt;y&gt;'
+    ) in rendered
+
+
+def test_the_language_label_is_text_in_the_bar_above_the_code_not_over_it() -> None:
+    # The bar comes before the <pre>: a copy button placed in it never covers code.
+    rendered = render_markdown("```c++\nint x;\n```\n")
+    bar = rendered.index('<div class="codeblock-bar">')
+    assert bar < rendered.index("<pre")
+    assert '<span class="codeblock-lang">c++</span>' in rendered[bar : rendered.index("<pre")]
+
+
+def test_a_hostile_info_string_becomes_an_inert_short_label() -> None:
+    rendered = render_markdown('```"><script>alert(1)</script>' + "x" * 80 + "\ncode\n```\n")
+    assert unsafe_parts(rendered) == []
+    labels = re.findall(r'<span class="codeblock-lang">([^<]*)</span>', rendered)
+    assert len(labels) == 1
+    assert len(labels[0]) <= 32 and re.fullmatch(r"[\w+#.\-]*", labels[0])
 
 
 def test_a_code_block_over_the_highlighting_limit_is_escaped_but_not_highlighted() -> None:

@@ -17,6 +17,7 @@ from django.urls import reverse
 
 from chat.ids import new_message_id
 from chat.models import Conversation, Message, Plan, Quota, Usage
+from chat.rendering import LiveRenderer
 from tests.conftest import receive_until_done
 
 pytestmark = pytest.mark.usefixtures("chat_settings")
@@ -124,6 +125,24 @@ async def test_markup_in_a_prompt_is_escaped_in_every_frame(connect: Any, owner:
     assert "&lt;script&gt;" in result["html"][0]
     title = await database_sync_to_async(lambda: Conversation.objects.get(user=owner).title)()
     assert title.startswith("/echo <script>")  # stored as typed, escaped only on output
+
+
+def test_markup_in_an_answer_is_escaped_in_every_block_rendered_while_it_streams() -> None:
+    # The live renderer sends each block as HTML before the answer is done: markup in any
+    # kind of block is text there too, whether the answer came whole or a character at a time.
+    answer = (
+        f"# {EVIL}\n\n{EVIL}\n\n- {EVIL}\n- **{EVIL}**\n\n> {EVIL}\n\n| {EVIL} | x |\n|---|---|\n"
+        f"| `{EVIL}` | y |\n\n```html\n{EVIL}\n```\n\n$\\text{{{EVIL}}}$\n\n$$\n{EVIL}\n$$\n"
+    )
+    for pieces in ([answer], list(answer)):
+        renderer = LiveRenderer()
+        blocks = [block for piece in pieces for block in renderer.feed(piece)]
+        assert len(blocks) >= 7  # all but the last came out mid-stream
+        for block in blocks + renderer.finish():
+            # Highlighted code and MathML split the text into spans: "shown" is checked once,
+            # on the whole answer.
+            assert_escaped(block.html, f"live block {block.index}", shown=False)
+        assert_escaped(renderer.final_html(), "the answer's final HTML")
 
 
 @pytest.mark.django_db

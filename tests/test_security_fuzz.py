@@ -23,7 +23,7 @@ from tests.conftest import receive_until_done
 
 pytestmark = pytest.mark.usefixtures("chat_settings")
 
-PROMPT_LIMIT = 32_000  # CHAT_MAX_PROMPT_CHARS, the default the fixture keeps
+PROMPT_LIMIT = 24_000  # min(CHAT_MAX_PROMPT_CHARS, LLM_CONTEXT_CHARS): the defaults kept
 
 scalars = (
     st.none()
@@ -98,10 +98,19 @@ def expected_outcome(kind: str, raw: str | bytes) -> str:
     """What the protocol (docs/protocol.md) says a frame must get: an answer or an error."""
     if kind == "bytes" or not isinstance(raw, str):
         return "error"
+    duplicated: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in items]
+        duplicated.extend(key for key in set(keys) if keys.count(key) > 1)
+        return dict(items)
+
     try:
-        frame = json.loads(raw)
+        frame = json.loads(raw, object_pairs_hook=pairs)
     except (ValueError, RecursionError):
         return "error"
+    if duplicated:
+        return "error"  # a frame that says two things is refused, not guessed at
     if not isinstance(frame, dict) or frame.get("type") != "prompt":
         return "error"  # stop/resume/regenerate of random ids: not_found or bad_request
     text = frame.get("text")
@@ -111,6 +120,8 @@ def expected_outcome(kind: str, raw: str | bytes) -> str:
         text.encode("utf-8")
     except UnicodeEncodeError:
         return "error"  # unpaired surrogates: not storable text
+    if "\x00" in text:
+        return "error"  # PostgreSQL cannot store NUL: refused on every database
     if frame.get("conversation") or frame.get("replaces"):
         return "error"  # not an id of ours: bad_request or not_found
     return "answer"

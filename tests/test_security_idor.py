@@ -25,7 +25,14 @@ from tests.conftest import assistant_mid, receive_until_done
 pytestmark = pytest.mark.usefixtures("chat_settings")
 
 # Form fields any chat POST might read; a view that ignores ownership would act on them.
-POST_DATA = {"title": "pwned", "current": "", "tier": "full", "next": "/", "pinned": "1"}
+POST_DATA = {
+    "title": "pwned",
+    "current": "",
+    "tier": "full",
+    "next": "/",
+    "pinned": "1",
+    "system_prompt": "pwned",
+}
 
 
 def chat_patterns_with_ids() -> list[URLPattern]:
@@ -87,7 +94,7 @@ def snapshot(user: Any) -> list[Any]:
 def test_the_id_taking_urls_are_all_found() -> None:
     # The test below is only as good as this list: the known views must be in it.
     names = {p.name for p in chat_patterns_with_ids()}
-    assert {"conversation", "rename", "delete"} <= names
+    assert {"conversation", "rename", "delete", "conversation_settings"} <= names
 
 
 @pytest.mark.django_db
@@ -252,6 +259,9 @@ async def test_socket_actions_on_someone_elses_ids_are_not_found_and_change_noth
         {"type": "stop", "mid": their_answer.mid},
         {"type": "resume", "mid": their_answer.mid, "after": -1},
         {"type": "regenerate", "mid": their_answer.mid},
+        {"type": "regenerate", "mid": their_answer.mid, "model": "demo-lite"},
+        {"type": "continue", "mid": their_answer.mid},
+        {"\u0074ype": "\u0063ontinue", "mid": their_answer.mid},
     ]
     for frame in frames:
         await comm.send_to(text_data=json.dumps(frame))

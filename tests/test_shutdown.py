@@ -15,7 +15,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from chat import shutdown
+from chat.logging import current_turn, turn_context
+from chat.ops import shutdown
 from tests.servers import migrated_sqlite, signup
 from tests.test_daphne import (
     Instance,
@@ -142,3 +143,21 @@ async def test_sigterm_lets_a_short_answer_finish_and_stops_taking_connections(
 def test_outside_daphne_the_shutdown_hook_is_not_installed() -> None:
     # Under pytest there is no running Twisted reactor: nothing to hook, nothing imported.
     assert shutdown.install() is False
+
+
+async def test_the_drain_runs_outside_the_turn_the_signal_interrupted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Twisted schedules the stop from its SIGTERM handler with call_soon_threadsafe, which
+    copies the context the signal interrupted: a turn's. The drain must not log as that turn
+    ("shutting down" carried turn=…, mid=…, user=… of someone's answer in a used cluster)."""
+    seen: list[object] = []
+
+    async def drain_safely() -> None:
+        seen.append(current_turn())
+
+    monkeypatch.setattr(shutdown, "_drain_safely", drain_safely)
+    with turn_context("1796143210731-web1-21", conversation="c", user=7):
+        task = shutdown.start_drain()
+    await task
+    assert seen == [None]

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chat.demo_upstream import DemoModel
-from chat.sse import SSEEvent, SSEParser
+from chat.upstream.sse import SSEEvent, SSEParser
 from tests.demo_server import call_demo_app
 
 ECHO_TEXT = "Grüße, 世界! 🎉 naïve café\nsecond line\n\n```python\nprint('ok')\n```"

@@ -14,8 +14,8 @@ import pytest
 import redis
 from redis.asyncio.client import Pipeline
 
-from chat import streamlog
-from chat.streamlog import (
+from chat.turns import streamlog
+from chat.turns.streamlog import (
     Chunk,
     Done,
     Entry,
@@ -23,8 +23,8 @@ from chat.streamlog import (
     RedisStreamLog,
     StreamLog,
     StreamLogUnavailable,
-    close_stream_log,
     get_stream_log,
+    stream_logs,
 )
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -203,6 +203,24 @@ async def test_nothing_is_appended_after_done(stream_log: StreamLog) -> None:
     entries = await collect(stream_log.read("m1", block_ms=1000))
 
     assert entries == [Chunk(0, "a"), Done({**DONE, "seq": 1})]
+
+
+async def test_a_reopened_log_is_written_again_and_read_whole_with_its_new_done(
+    stream_log: StreamLog,
+) -> None:
+    # Continue (docs/protocol.md): the answer's log goes, and its turn writes the earlier
+    # chunks again from seq 0, then its own, then a new Done.
+    stream_log.append("m1", 0, "a")
+    await stream_log.finish("m1", {**DONE, "seq": 1})
+    await stream_log.reopen("m1")
+    for seq, text in [(0, "a"), (1, "b"), (2, "c")]:
+        stream_log.append("m1", seq, text)
+    await stream_log.finish("m1", {**DONE, "seq": 3})
+
+    entries = await collect(stream_log.read("m1", block_ms=1000))
+
+    assert entries == [Chunk(0, "a"), Chunk(1, "b"), Chunk(2, "c"), Done({**DONE, "seq": 3})]
+    assert [c.seq for c in await stream_log.chunks("m1", after=0)] == [1, 2]
 
 
 async def test_reading_an_unknown_message_ends_after_block_ms(stream_log: StreamLog) -> None:
@@ -562,7 +580,7 @@ def test_get_stream_log_gives_one_log_per_event_loop_chosen_by_redis_url(
             log.append("m1", 0, "x")
             await log.flush()
         finally:
-            await close_stream_log()
+            await stream_logs.close()
         return log
 
     assert isinstance(asyncio.run(on_redis()), RedisStreamLog)

@@ -10,24 +10,22 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
-from django.test import RequestFactory
+from django.test import Client, RequestFactory
 from django.utils.functional import SimpleLazyObject
 
-from chat import tiers
 from chat.models import DeviceRule, ModelTier, Plan, Quota
-from chat.tiers import (
+from chat.tiers import devices, hints, policy
+from chat.tiers.devices import device_class
+from chat.tiers.hints import Signals, signals_from_headers, signals_from_scope
+from chat.tiers.policy import (
     CHOICE_REASON,
     DEFAULT_RULES,
     Policy,
     Rule,
-    Signals,
     TierModel,
     aload_policy,
     decide,
-    device_class,
     load_policy,
-    signals_from_headers,
-    signals_from_scope,
     tier_for_request,
     tier_for_scope,
 )
@@ -77,9 +75,9 @@ def signals(
 @pytest.fixture(autouse=True)
 def _fresh_policy_cache() -> Iterator[None]:
     # The policy cache is per process; a test must not see another test's rules.
-    tiers.clear_policy_cache()
+    policy.clear_policy_cache()
     yield
-    tiers.clear_policy_cache()
+    policy.clear_policy_cache()
 
 
 # --- the corpus -----------------------------------------------------------------------------
@@ -87,7 +85,7 @@ def _fresh_policy_cache() -> Iterator[None]:
 
 def test_the_corpus_is_big_and_covers_every_device_class() -> None:
     assert len(CORPUS) >= 120
-    assert {row["expected_device"] for row in CORPUS} == set(tiers.DEVICE_CLASSES)
+    assert {row["expected_device"] for row in CORPUS} == set(devices.DEVICE_CLASSES)
     assert len({row["user_agent"] for row in CORPUS}) == len(CORPUS)
 
 
@@ -128,12 +126,13 @@ def test_device_class_caches_by_user_agent() -> None:
 
 
 def test_the_rust_resolver_and_the_pure_python_one_agree_on_the_corpus() -> None:
-    if tiers.resolver_name() != "ua-parser-rs":
+    if devices.resolver_name() != "ua-parser-rs":
         pytest.fail("ua-parser-rs is a dependency (pyproject.toml) but is not installed")
-    rust, python = tiers.build_parser("rust"), tiers.build_parser("python")
+    rust, python = devices.build_parser("rust"), devices.build_parser("python")
     for row in CORPUS:
         ua = row["user_agent"]
-        assert tiers.classify_device(ua, rust) == tiers.classify_device(ua, python), row["label"]
+        same = devices.classify_device(ua, rust) == devices.classify_device(ua, python)
+        assert same, row["label"]
 
 
 # --- client hints ---------------------------------------------------------------------------
@@ -245,7 +244,7 @@ def test_no_user_agent_is_an_unknown_device_on_full() -> None:
 
 def test_an_oversized_user_agent_is_cut_before_parsing() -> None:
     got = signals(IPHONE + " x" * 5000)
-    assert len(got.user_agent) == tiers.MAX_USER_AGENT_LENGTH
+    assert len(got.user_agent) == hints.MAX_USER_AGENT_LENGTH
     assert device_class(got.user_agent) == "phone"
 
 
@@ -398,11 +397,11 @@ def test_a_change_without_signals_shows_once_the_cache_expires(
     # queryset.update() sends no post_save (and another process's save never reaches this one):
     # the short cache lifetime is what makes those edits appear.
     now = [1000.0]
-    monkeypatch.setattr(tiers, "_clock", lambda: now[0])
+    monkeypatch.setattr(policy, "_clock", lambda: now[0])
     assert decide(signals(IPHONE), load_policy()).tier == "lite"
     DeviceRule.objects.filter(signal="device", value="phone").update(tier="full")
     assert decide(signals(IPHONE), load_policy()).tier == "lite"  # still cached
-    now[0] += tiers.POLICY_TTL_SECONDS + 0.1
+    now[0] += policy.POLICY_TTL_SECONDS + 0.1
     assert decide(signals(IPHONE), load_policy()).tier == "full"
 
 
@@ -529,3 +528,44 @@ async def test_tier_for_request_reads_headers_cookies_and_the_plan(plan_user: An
     request.user = plan_user
     decision = await tier_for_request(request)
     assert (decision.tier, decision.reason) == ("full", CHOICE_REASON)
+
+
+@pytest.mark.django_db
+def test_choosing_a_tier_from_the_page_answers_with_the_new_badge_and_popover(
+    plan_user: Any,
+) -> None:
+    # The page posts with htmx: the answer is the badge and popover as the new choice makes
+    # them (out of band), and an event that makes the page reconnect its socket.
+    client = Client(headers={"user-agent": IPHONE, "HX-Request": "true"})
+    client.force_login(plan_user)
+    response = client.post("/tier/", {"tier": "full", "next": "/c/x/"})
+    assert response.status_code == 200
+    assert response.cookies["chat_tier"].value == "full"
+    assert "tier-chosen" in response["HX-Trigger"]
+    body = response.content.decode()
+    assert 'id="tier-badge" class="tier-badge" data-tier="full"' in body
+    assert body.count('hx-swap-oob="true"') == 2
+    assert "Why: your choice on this device." in body
+    assert 'value="auto">Back to the automatic choice' in body
+    assert 'name="next" value="/c/x/"' in body
+
+    response = client.post("/tier/", {"tier": "auto"})
+    assert response.cookies["chat_tier"].value == ""  # deleted
+    body = response.content.decode()
+    assert 'data-tier="lite"' in body
+    assert 'value="full">Use the full model on this device' in body
+
+
+@pytest.mark.django_db
+def test_a_phone_whose_plan_forbids_full_is_told_so_in_the_popover(
+    django_user_model: Any,
+) -> None:
+    user = django_user_model.objects.create_user(username="plain", password="pw-for-tests-only")
+    client = Client(headers={"user-agent": IPHONE})
+    client.force_login(user)
+    body = client.get("/").content.decode()
+    assert "Your plan keeps this device on the lite model" in body
+    assert 'name="tier"' not in body
+    # The device is the reason: named once.
+    assert "Why: phone." in body
+    assert "Detected device" not in body

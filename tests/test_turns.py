@@ -2,7 +2,8 @@
 
 import pytest
 
-from chat.turns import COALESCE_BUSY_TURNS, COALESCE_MAX_MS, coalesce_interval, estimate_tokens
+from chat.tokens import estimate_tokens
+from chat.turns.turn import COALESCE_BUSY_TURNS, COALESCE_MAX_MS, coalesce_interval
 
 
 def test_frames_stay_at_the_base_interval_while_few_answers_stream() -> None:

@@ -16,30 +16,37 @@ from typing import Any
 
 import pytest
 
-from chat import upstream
 from chat.demo_upstream import default_reply, long_tokens
-from chat.upstream import (
+from chat.turns.history import trim_history
+from chat.turns.model_client import build_client, get_client, model_clients
+from chat.upstream.aiohttp_transport import AiohttpTransport
+from chat.upstream.client import MAX_CONNECTIONS_PER_SHARD, UpstreamClient, shard_count
+from chat.upstream.errors import (
+    BUSY_MESSAGE,
     EMPTY_ANSWER_MESSAGE,
-    MAX_CONNECTIONS_PER_SHARD,
-    Delta,
-    Finish,
-    StreamItem,
-    UpstreamClient,
+    SERVER_TROUBLE_MESSAGE,
+    UNREACHABLE_MESSAGE,
     UpstreamError,
-    Usage,
-    close_client,
-    get_client,
-    shard_count,
-    trim_history,
+    http_status_message,
 )
+from chat.upstream.items import Delta, Finish, StreamItem, Usage
 from tests.demo_server import demo_stats, running_demo_server
+
+_backend = ["aiohttp"]
 
 
 @pytest.fixture(autouse=True, params=["aiohttp", "httpx"])
 def http_backend(request: pytest.FixtureRequest, settings: Any) -> str:
     """Every test here runs on both readers of the model's stream (LLM_HTTP_BACKEND)."""
     settings.LLM_HTTP_BACKEND = request.param
+    _backend[0] = str(request.param)
     return str(request.param)
+
+
+def upstream_client(*args: Any, **kwargs: Any) -> UpstreamClient:
+    """An UpstreamClient on the backend this run of the test is about (the fixture's)."""
+    kwargs.setdefault("backend", _backend[0])
+    return UpstreamClient(*args, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +64,7 @@ def paced_demo_url() -> Iterator[str]:
 
 @pytest.fixture
 async def client(demo_url: str) -> AsyncIterator[UpstreamClient]:
-    client = UpstreamClient(demo_url, connect_timeout=2, read_timeout=10, total_timeout=30)
+    client = upstream_client(demo_url, connect_timeout=2, read_timeout=10, total_timeout=30)
     yield client
     await client.aclose()
 
@@ -124,19 +131,22 @@ async def test_a_500_becomes_a_readable_http_status_error(client: UpstreamClient
     items, error = await collect(client, "/fail 500")
     assert items == [] and error is not None
     assert (error.kind, error.status) == ("http_status", 500)
-    assert error.message.startswith("The model server answered 500: ")
-    assert "/fail 500" in error.message  # the server's own message is passed on
+    assert error.message == SERVER_TROUBLE_MESSAGE
+    # The server's own words go to the log (the detail), never to the user.
+    assert error.detail.startswith("The model server answered 500: ")
+    assert "/fail 500" in error.detail and "/fail 500" not in error.message
 
 
 async def test_a_429_carries_its_retry_after(client: UpstreamClient) -> None:
     _, error = await collect(client, "/fail 429")
     assert error is not None and (error.kind, error.status) == ("http_status", 429)
     assert error.retry_after == 1.0
-    assert "Too Many Requests" in error.message
+    assert error.message == BUSY_MESSAGE
+    assert "Too Many Requests" in error.detail
 
 
 async def test_a_stall_past_the_read_timeout_is_a_timeout(demo_url: str) -> None:
-    client = UpstreamClient(demo_url, read_timeout=0.2)
+    client = upstream_client(demo_url, read_timeout=0.2)
     _, error = await collect(client, "/stall 30 /echo too late")
     await client.aclose()
     assert error is not None and error.kind == "timeout"
@@ -145,7 +155,7 @@ async def test_a_stall_past_the_read_timeout_is_a_timeout(demo_url: str) -> None
 
 async def test_the_total_timeout_ends_a_slow_answer(paced_demo_url: str) -> None:
     # Tokens keep coming (no read timeout), but the whole answer would take 100 s.
-    client = UpstreamClient(paced_demo_url, read_timeout=10, total_timeout=0.3)
+    client = upstream_client(paced_demo_url, read_timeout=10, total_timeout=0.3)
     items, error = await collect(client, "/long 10000")
     await client.aclose()
     assert error is not None and error.kind == "timeout"
@@ -164,15 +174,16 @@ async def test_connection_refused_is_a_connect_error() -> None:
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    client = UpstreamClient(f"http://127.0.0.1:{port}/v1")
+    client = upstream_client(f"http://127.0.0.1:{port}/v1")
     _, error = await collect(client, "hi")
     await client.aclose()
     assert error is not None and error.kind == "connect"
-    assert error.message.startswith("Could not reach the model server")
+    assert error.message == UNREACHABLE_MESSAGE
+    assert error.detail.startswith(f"could not connect to http://127.0.0.1:{port}/v1")
 
 
 async def test_cancelling_the_consumer_closes_the_upstream_response(paced_demo_url: str) -> None:
-    client = UpstreamClient(paced_demo_url)
+    client = upstream_client(paced_demo_url)
     three_deltas = asyncio.Event()
 
     async def consume() -> None:
@@ -200,7 +211,7 @@ async def test_cancelling_the_consumer_closes_the_upstream_response(paced_demo_u
 
 
 async def test_a_full_pool_is_a_clear_timeout_and_frees_up_after(paced_demo_url: str) -> None:
-    client = UpstreamClient(paced_demo_url, pool_size=1, connect_timeout=0.3)
+    client = upstream_client(paced_demo_url, pool_size=1, connect_timeout=0.3)
     holder = client.stream_chat(model="demo-full", messages=user("/long 1000"))
     await anext(holder)  # the one connection is busy
     _, error = await collect(client, "/echo second")
@@ -212,20 +223,20 @@ async def test_a_full_pool_is_a_clear_timeout_and_frees_up_after(paced_demo_url:
     await client.aclose()
 
 
-def test_the_backend_setting_picks_who_reads_the_stream(http_backend: str) -> None:
-    from chat.aiohttp_transport import AiohttpTransport
-
-    client = UpstreamClient("http://127.0.0.1:9/v1", pool_size=100)
+def test_the_backend_setting_picks_who_reads_the_stream(http_backend: str, settings: Any) -> None:
+    settings.LLM_BASE_URL = "http://127.0.0.1:9/v1"
+    settings.LLM_POOL_SIZE = 100
+    client = build_client()  # what the app builds from the settings
     assert client.backend == http_backend
     on_aiohttp = isinstance(client.http_client._transport, AiohttpTransport)  # type: ignore[attr-defined]
     assert on_aiohttp == (http_backend == "aiohttp")
     assert client.shards == (1 if on_aiohttp else 4)
     with pytest.raises(ValueError, match=r"HTTP/1\.1 only"):
-        UpstreamClient("http://127.0.0.1:9/v1", http2=True, backend="aiohttp")
+        upstream_client("http://127.0.0.1:9/v1", http2=True, backend="aiohttp")
 
 
 async def test_fifty_sequential_turns_reuse_one_connection(paced_demo_url: str) -> None:
-    client = UpstreamClient(paced_demo_url)
+    client = upstream_client(paced_demo_url)
     for turn in range(50):
         items, error = await collect(client, f"/echo turn {turn}")
         assert error is None and joined(items) == f"turn {turn}"
@@ -239,7 +250,7 @@ async def test_fifty_sequential_turns_reuse_one_connection(paced_demo_url: str) 
 
 
 async def test_warm_opens_the_connection_the_first_turn_then_uses(paced_demo_url: str) -> None:
-    client = UpstreamClient(paced_demo_url, pool_size=20)  # one shard
+    client = upstream_client(paced_demo_url, pool_size=20)  # one shard
     assert client.shards == 1
     await client.warm()
     await collect(client, "/echo warm")
@@ -251,7 +262,7 @@ async def test_warm_opens_the_connection_the_first_turn_then_uses(paced_demo_url
 
 
 async def test_warm_opens_a_connection_per_shard_and_turns_use_them(paced_demo_url: str) -> None:
-    client = UpstreamClient(
+    client = upstream_client(
         paced_demo_url, pool_size=3 * MAX_CONNECTIONS_PER_SHARD, backend="httpx"
     )
     assert client.shards == 3
@@ -268,14 +279,14 @@ async def test_warm_opens_a_connection_per_shard_and_turns_use_them(paced_demo_u
 @pytest.mark.parametrize(("pool", "shards"), [(1, 1), (32, 1), (33, 2), (100, 4), (500, 16)])
 def test_the_pool_is_split_into_shards_of_at_most_32(pool: int, shards: int) -> None:
     assert shard_count(pool) == shards
-    client = UpstreamClient("http://127.0.0.1:9/v1", pool_size=pool, backend="httpx")
+    client = upstream_client("http://127.0.0.1:9/v1", pool_size=pool, backend="httpx")
     assert len(client.http_clients) == shards
     limits = [c._transport._pool._max_connections for c in client.http_clients]  # type: ignore[attr-defined]
     assert max(limits) <= MAX_CONNECTIONS_PER_SHARD and sum(limits) >= pool
 
 
 async def test_streams_go_to_the_least_busy_shard_and_free_it_after(paced_demo_url: str) -> None:
-    client = UpstreamClient(
+    client = upstream_client(
         paced_demo_url, pool_size=2 * MAX_CONNECTIONS_PER_SHARD, backend="httpx"
     )
     streams = [
@@ -295,7 +306,7 @@ async def test_warm_never_raises(caplog: pytest.LogCaptureFixture) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    client = UpstreamClient(f"http://127.0.0.1:{port}/v1")
+    client = upstream_client(f"http://127.0.0.1:{port}/v1")
     await client.warm()
     await client.aclose()
     assert "could not warm" in caplog.text
@@ -406,7 +417,7 @@ async def canned(
     response: bytes, text: str = "hi", **client_kwargs: Any
 ) -> tuple[list[StreamItem], UpstreamError | None, CannedServer]:
     async with CannedServer(response) as server:
-        client = UpstreamClient(server.url, **client_kwargs)
+        client = upstream_client(server.url, **client_kwargs)
         items, error = await collect(client, text)
         await client.aclose()
     return items, error, server
@@ -437,17 +448,17 @@ async def test_an_https_model_server_is_verified_then_streams(
     tls.load_cert_chain(cert, key)
     body = sse(delta("Hello", role="assistant"), delta(" over TLS", finish="stop"))
     async with CannedServer(http_response(200, body, "text/event-stream"), tls=tls) as server:
-        trusting = UpstreamClient(server.url, verify=ssl.create_default_context(cafile=cert))
+        trusting = upstream_client(server.url, verify=ssl.create_default_context(cafile=cert))
         items, error = await collect(trusting, "hi")
         await trusting.aclose()
         assert error is None and joined(items) == "Hello over TLS"
         # The default trust store does not know a self-signed certificate: refused, clearly.
-        default = UpstreamClient(server.url)
+        default = upstream_client(server.url)
         _, error = await collect(default, "hi")
         await default.aclose()
     assert error is not None and error.kind == "connect"
-    assert "Could not reach the model server" in error.message
-    assert "certificate" in error.message.lower()
+    assert error.message == UNREACHABLE_MESSAGE
+    assert "certificate" in error.detail.lower()
 
 
 @pytest.mark.parametrize(
@@ -483,17 +494,19 @@ async def test_an_https_model_server_is_verified_then_streams(
         (500, "", "text/plain", "The model server answered 500: X"),
     ],
 )
-async def test_non_openai_error_bodies_become_readable_messages(
+async def test_non_openai_error_bodies_become_readable_details(
     status: int, body: str, content_type: str, message: str
 ) -> None:
     _, error, _ = await canned(http_response(status, body, content_type))
     assert error is not None
-    assert (error.kind, error.status, error.message) == ("http_status", status, message)
+    # Readable for the log; the user reads plain words for the status.
+    assert (error.kind, error.status, error.detail) == ("http_status", status, message)
+    assert error.message == http_status_message(status)
 
 
 async def test_a_huge_error_body_is_cut_short() -> None:
     _, error, _ = await canned(http_response(500, "x" * 1_000_000, "text/plain"))
-    assert error is not None and len(error.message) < 400
+    assert error is not None and len(error.detail) < 400
 
 
 async def test_a_200_with_an_empty_body_is_an_empty_answer() -> None:
@@ -552,13 +565,13 @@ async def test_an_error_object_inside_the_stream_is_a_stream_error_after_its_del
     items, error, _ = await canned(http_response(200, body, "text/event-stream"))
     assert items == [Delta("partial")]
     assert error is not None and error.kind == "stream_error"
-    assert "CUDA out of memory" in error.message
+    assert "CUDA out of memory" in error.detail and "CUDA" not in error.message
 
 
 async def test_an_error_event_inside_the_stream_is_a_stream_error() -> None:
     body = 'event: error\ndata: {"message": "overloaded"}\n\n'
     _, error, _ = await canned(http_response(200, body, "text/event-stream"))
-    assert error is not None and error.kind == "stream_error" and "overloaded" in error.message
+    assert error is not None and error.kind == "stream_error" and "overloaded" in error.detail
 
 
 async def test_a_chunk_that_is_not_json_is_a_protocol_error() -> None:
@@ -592,10 +605,10 @@ async def test_the_request_asks_for_a_stream_with_usage_and_sends_the_key() -> N
     async with CannedServer(
         http_response(200, sse(delta("ok", finish="stop")), "text/event-stream")
     ) as server:
-        keyed = UpstreamClient(server.url, "sk-test")
+        keyed = upstream_client(server.url, "sk-test")
         await collect(keyed, "q", max_tokens=9, temperature=0.5)
         await keyed.aclose()
-        anonymous = UpstreamClient(server.url)
+        anonymous = upstream_client(server.url)
         await collect(anonymous, "q")
         await anonymous.aclose()
     assert server.request_head(0).startswith("post /v1/chat/completions http/1.1")
@@ -618,7 +631,7 @@ async def test_a_server_that_accepts_but_never_answers_is_a_timeout() -> None:
     async with CannedServer(b"", close=False) as server:
         # Hold the connection open without answering: a hung model server.
         server.response = b""
-        client = UpstreamClient(server.url, read_timeout=0.2)
+        client = upstream_client(server.url, read_timeout=0.2)
         _, error = await collect(client, "hi")
         await client.aclose()
     assert error is not None and error.kind == "timeout"
@@ -678,7 +691,7 @@ async def test_get_client_is_one_client_per_loop_built_from_settings(settings: A
     def in_another_loop() -> None:
         async def build() -> None:
             other.append(get_client())
-            await close_client()
+            await model_clients.close()
 
         asyncio.run(build())
 
@@ -690,11 +703,11 @@ async def test_get_client_is_one_client_per_loop_built_from_settings(settings: A
     settings.LLM_BASE_URL = "http://127.0.0.1:10/v1"  # tests override settings: follow them
     changed = get_client()
     assert changed is not first and changed.base_url == "http://127.0.0.1:10/v1"
-    await close_client()
+    await model_clients.close()
     assert changed.http_client.is_closed
     assert get_client() is not changed
-    await close_client()
-    assert id(asyncio.get_running_loop()) not in upstream._clients
+    await model_clients.close()
+    assert model_clients.peek() is None
 
 
 def test_the_backend_settings_are_checked_at_start() -> None:

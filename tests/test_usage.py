@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
+from chat.limits.usage import daily_series, record_usage, usage_svg
 from chat.models import Usage
-from chat.usage import daily_series, record_usage, usage_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -1,15 +1,16 @@
-"""Template tags for the admin: the site-wide usage chart on the index page."""
+"""Template tags for the admin: the site-wide usage chart and feedback per model on the index
+page."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django import template
-from django.db.models import F, Sum
+from django.db.models import Count, F, Q, Sum
 from django.utils.safestring import SafeString, mark_safe
 
-from chat.models import Usage
-from chat.usage import daily_series, usage_svg
+from chat.limits.usage import daily_series, usage_svg
+from chat.models import Feedback, Usage
 
 register = template.Library()
 
@@ -29,3 +30,17 @@ def site_usage_by_tier() -> list[dict[str, Any]]:
         .order_by("tier")
     )
     return [dict(row) for row in rows]
+
+
+@register.simple_tag
+def feedback_by_model() -> list[dict[str, Any]]:
+    """👍 and 👎 per model, all time: one grouped query."""
+    rows = (
+        Feedback.objects.values("message__model")
+        .annotate(
+            up=Count("pk", filter=Q(vote=Feedback.Vote.UP)),
+            down=Count("pk", filter=Q(vote=Feedback.Vote.DOWN)),
+        )
+        .order_by("message__model")
+    )
+    return [{"model": r["message__model"], "up": r["up"], "down": r["down"]} for r in rows]

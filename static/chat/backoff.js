@@ -1,6 +1,6 @@
 // When the chat socket tries again after it dropped: exponential backoff with full jitter.
 //
-// Pure logic (no DOM, no timers): stream.js asks it how long to wait before reconnect attempt n.
+// Pure logic (no DOM, no timers): socket.js asks it how long to wait before reconnect attempt n.
 
 /** The first retry waits up to this long. */
 export const BACKOFF_BASE_MS = 400;
@@ -23,4 +23,20 @@ export function reconnectDelay(attempt, { base = BACKOFF_BASE_MS, max = BACKOFF_
   // 2 ** 60 is still finite, but cap the exponent so the arithmetic never needs to care.
   const cap = Math.min(max, base * 2 ** Math.min(n, 30));
   return Math.floor(random() * cap);
+}
+
+/**
+ * The next reconnect after the socket dropped: how long to wait, and what the page says
+ * meanwhile.
+ *
+ * Offline, attempts would only fail: the `online` event reconnects at once, and the longest
+ * wait covers a browser that misses telling us.
+ * @param {number} attempt how many attempts already failed in a row
+ * @param {{offline?: boolean, random?: () => number}} [options] `offline`: the browser says
+ *   it has no network (`navigator.onLine === false`)
+ * @returns {{delay: number, connection: "offline" | "reconnecting"}}
+ */
+export function nextReconnect(attempt, { offline = false, random = Math.random } = {}) {
+  if (offline) return { delay: BACKOFF_MAX_MS, connection: "offline" };
+  return { delay: reconnectDelay(attempt, { random }), connection: "reconnecting" };
 }

@@ -1,6 +1,24 @@
 // The words the chat page shows for what the server says: countdowns, alerts, the tier badge.
 //
-// Pure functions (no DOM): stream.js puts their results on the page; tests/js checks them.
+// Pure functions (no DOM): the page's modules put their results on the page; tests/js checks them.
+
+const CONNECTION_LABELS = {
+  connecting: "Connecting…",
+  connected: "Connected",
+  reconnecting: "Reconnecting…",
+  offline: "Offline",
+  "logged-out": "Logged out",
+};
+
+/**
+ * The header's word for the socket's state. Short: the composer's status line says what the
+ * state means for the user.
+ * @param {string} state connecting, connected, reconnecting, offline or logged-out
+ * @returns {string}
+ */
+export function connectionLabel(state) {
+  return Object.hasOwn(CONNECTION_LABELS, state) ? CONNECTION_LABELS[state] : String(state);
+}
 
 /**
  * A short human duration: "45 s", "2 min 5 s", "3 h 20 min".
@@ -32,12 +50,28 @@ export function withoutStaticRetryHint(message) {
 }
 
 /**
+ * How long an `error` frame's alert counts down, in seconds; 0 for no countdown.
+ *
+ * At the cap on concurrent answers the wait lasts until one of them ends, which no clock can
+ * promise (the frame says `"retry_when": "stream_ends"`; older servers sent a `retry_after` of
+ * a few seconds, which counted down to a moment that changed nothing): no countdown then.
+ * @param {{code?: string, retry_after?: number, retry_when?: string}} frame
+ * @returns {number}
+ */
+export function alertCountdown({ code, retry_after: retryAfter, retry_when: retryWhen } = {}) {
+  if (code === "too_many_streams" || retryWhen === "stream_ends") return 0;
+  const seconds = Number(retryAfter);
+  return Number.isFinite(seconds) && seconds > 0 ? seconds : 0;
+}
+
+/**
  * What the live countdown says `left` seconds before the user may send again.
  * @param {number} left seconds
  * @returns {string}
  */
 export function countdownText(left) {
-  return left > 0 ? `You can send again in ${formatSeconds(left)}.` : "You can send again now.";
+  // Short: it follows the limit's own sentence ("You can send 1 message per minute.").
+  return left > 0 ? `Send again in ${formatSeconds(left)}.` : "You can send again now.";
 }
 
 /**
@@ -46,15 +80,24 @@ export function countdownText(left) {
  * @param {{tier?: string, model?: string, device?: string, reason?: string}} info
  * @returns {{tier: string, label: string, title: string, details: string[]}}
  */
-export function tierBadge({ tier, model, device, reason } = {}) {
+export function tierBadge({ tier, model, device, reason } = {}, picked = null) {
   const lite = tier === "lite";
   const name = lite ? "Lite model" : "Full model";
-  const label = model ? `${name} · ${model}` : name;
+  // A model picked in the composer's picker answers instead of the device's default: the
+  // badge names what answers, and says the default in its details.
+  const other = picked && picked.id && picked.id !== model ? picked : null;
+  const label = other
+    ? `${other.label || other.id} · picked`
+    : model
+      ? `${name} · ${model}`
+      : name;
   const why = reason ? `Why: ${reason}.` : "";
   const details = [
-    `${name}${model ? ` (${model})` : ""} answers on this device.`,
+    other ? `You picked ${other.label || other.id} for this conversation.` : "",
+    `${name}${model ? ` (${model})` : ""} ${other ? "is this device's default" : "answers on this device"}.`,
     why,
-    device ? `Detected device: ${device}.` : "",
+    // "Why: phone." already names the device: say it once.
+    device && device !== reason ? `Detected device: ${device}.` : "",
     lite
       ? "The lite model is smaller and faster, and uses less data."
       : "The full model gives the best answers.",

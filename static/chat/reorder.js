@@ -1,7 +1,7 @@
 // Puts the chunks of one streamed message back in seq order, drops duplicates, and names the gaps.
 //
-// Pure logic: no DOM, no globals, no timers. stream.js owns the socket and the page and asks
-// this buffer what has become renderable. Design notes: docs/decisions/reorder-buffer.md.
+// Pure logic: no DOM, no globals, no timers. answers.js owns the streaming answers on the page
+// and asks this buffer what has become renderable. Design notes: docs/decisions/reorder-buffer.md.
 
 /**
  * Orders the chunks of one message by their integer `seq` (0, 1, 2, … per message).

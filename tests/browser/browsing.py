@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -32,6 +33,14 @@ PHONE: dict[str, Any] = {
         "Chrome/131.0.0.0 Mobile Safari/537.36"
     ),
 }
+IPHONE: dict[str, Any] = {
+    **PHONE,
+    "device_scale_factor": 3,
+    "user_agent": (
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 "
+        "(KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1"
+    ),
+}
 DESKTOP: dict[str, Any] = {
     "viewport": {"width": 1280, "height": 800},
     # Headless Chromium names itself "HeadlessChrome", which the tier policy files as a bot.
@@ -41,11 +50,17 @@ DESKTOP: dict[str, Any] = {
     ),
 }
 
+# Each control is tried as a person would on each of these: a mouse and a keyboard, and a
+# phone's touch screen (360x740) with an Android and an iPhone User-Agent.
+DEVICES: dict[str, dict[str, Any]] = {"desktop": {}, "android": PHONE, "iphone": IPHONE}
+PHONES = ("android", "iphone")
+
 _names = itertools.count(1)
 
-# Records, per answer, the text it showed while streaming, at the moment the final HTML
-# replaced it. Installed before any page script runs (an init script is not subject to the
-# page's CSP), and again on every reload.
+# Records, per answer, the text it showed while streaming: after every change while it
+# streams, and at the moment the final HTML replaced it (unless its body was kept: live
+# rendering keeps a body whose blocks are the final HTML). Installed before any page script
+# runs (an init script is not subject to the page's CSP), and again on every reload.
 RECORD_STREAMED_TEXT = """
 window.__streamed = {};
 window.__statuses = {};
@@ -64,14 +79,17 @@ document.addEventListener("DOMContentLoaded", () => {
         continue;
       }
       for (const node of record.removedNodes) {
-        if (node.nodeType === 1 && node.matches("article.msg-assistant")
-            && node.dataset.status === "streaming") {
-          window.__streamed[node.dataset.mid] = node.querySelector(".body").textContent;
-        }
+        const body = node.nodeType === 1 && node.matches("article.msg-assistant")
+          && node.dataset.status === "streaming" && node.querySelector(".body");
+        if (body) window.__streamed[node.dataset.mid] = body.textContent;
       }
       for (const node of record.addedNodes) {
         if (node.nodeType === 1 && node.matches("article.msg-assistant")) note(node);
       }
+    }
+    for (const article of messages.querySelectorAll(
+      'article.msg-assistant[data-status="streaming"]')) {
+      window.__streamed[article.dataset.mid] = article.querySelector(".body").textContent;
     }
   }).observe(messages, {
     childList: true, subtree: true, attributes: true, attributeFilter: ["data-status"],
@@ -125,9 +143,69 @@ def open_chat(context: BrowserContext, path: str = "/") -> Page:
     return page
 
 
+def press(page: Page, locator: Locator) -> None:
+    """Press a control as the device's user would: a tap on a touch screen, else a click."""
+    if is_touch(page):
+        locator.tap()
+    else:
+        locator.click()
+
+
+def use(touch: bool, locator: Locator) -> None:
+    """Tap or click (decided once: asking the page between navigations races them)."""
+    if touch:
+        locator.tap()
+    else:
+        locator.click()
+
+
+def fill(page: Page, touch: bool, label: str, text: str) -> None:
+    use(touch, page.get_by_label(label, exact=True))
+    page.keyboard.type(text)
+
+
+def type_prompt(page: Page, text: str) -> None:
+    """Put the caret in the prompt box (a tap on a phone) and type `text`, keeping it there."""
+    press(page, page.locator("#prompt"))
+    page.keyboard.type(text)
+
+
+class Frames:
+    """The JSON frames a page's chat sockets sent and received, in order, every socket."""
+
+    def __init__(self, page: Page) -> None:
+        self.received: list[dict[str, Any]] = []
+        self.sent: list[dict[str, Any]] = []
+        page.on("websocket", self._watch)
+
+    def _watch(self, ws: Any) -> None:
+        ws.on("framereceived", lambda payload: self._note(self.received, payload))
+        ws.on("framesent", lambda payload: self._note(self.sent, payload))
+
+    @staticmethod
+    def _note(into: list[dict[str, Any]], payload: str | bytes) -> None:
+        if isinstance(payload, str) and payload.startswith("{"):
+            into.append(json.loads(payload))
+
+    def of_type(self, kind: str, *, sent: bool = False) -> list[dict[str, Any]]:
+        return [f for f in (self.sent if sent else self.received) if f.get("type") == kind]
+
+
+def is_touch(page: Page) -> bool:
+    """Whether the page sees a touch screen (`pointer: coarse`): a phone or a tablet."""
+    coarse: bool = page.evaluate("() => matchMedia('(pointer: coarse)').matches")
+    return coarse
+
+
 def send(page: Page, text: str) -> None:
-    """Type a prompt and press Enter (Shift+Enter for the newlines inside it)."""
+    """Type a prompt and send it: Enter on a keyboard (Shift+Enter for the newlines inside
+    it); on a touch screen, where Return makes a new line, a tap on Send."""
     box = page.locator("#prompt")
+    if is_touch(page):
+        box.tap()
+        page.keyboard.insert_text(text)
+        page.locator("#send").tap()
+        return
     box.click()
     for i, line in enumerate(text.split("\n")):
         if i:
@@ -201,6 +279,33 @@ def run_axe(page: Page) -> list[dict[str, Any]]:
         for v in result["violations"]
         if v["impact"] in ("serious", "critical")
     ]
+
+
+def manage_shell(database_url: str, code: str) -> None:
+    """Run Python in `manage.py shell` against a test server's database: the setup an admin
+    would make in the admin (a plan, a staff flag), which these tests do not test."""
+    subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=base_env(DATABASE_URL=database_url),
+        check=True,
+        capture_output=True,
+    )
+
+
+@contextlib.contextmanager
+def chatsite_with_database(setup: str = "", **env: str) -> Iterator[tuple[str, str]]:
+    """A server and its database URL (for `manage_shell`); `setup` runs in `manage.py shell`
+    before the server starts (so no cache of the server's holds what it changes)."""
+    workdir = Path(tempfile.mkdtemp(prefix="chatsite-db-"))
+    try:
+        database_url = migrated_sqlite(workdir)
+        if setup:
+            manage_shell(database_url, setup)
+        with running_chatsite(database_url=database_url, **env) as base:
+            yield base, database_url
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @contextlib.contextmanager

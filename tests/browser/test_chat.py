@@ -54,10 +54,10 @@ def test_a_newcomer_signs_up_and_watches_the_answer_think_stream_and_render(
     page.get_by_role("button", name="Sign up").click()
     expect(page).to_have_url(f"{server}/")
     expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
-    # The first-run page says what answers and how to point at a real model.
+    # The first-run page says what answers; how to point at a real model is for staff only.
     empty = page.locator("#empty-state")
     expect(empty).to_contain_text("built-in demo model")
-    expect(empty).to_contain_text("LLM_BASE_URL")
+    expect(empty).not_to_contain_text("LLM_BASE_URL")
     expect(page.locator("#prompt")).to_be_focused()
 
     send(page, "/stall 1 /echo " + MARKDOWN)
@@ -68,17 +68,19 @@ def test_a_newcomer_signs_up_and_watches_the_answer_think_stream_and_render(
     assert answer.locator(".body").evaluate("b => b.textContent") == ""
     thinking = answer.locator(".body").evaluate("b => getComputedStyle(b, '::before').content")
     assert "Thinking" in thinking
-    expect(page.locator("#prompt")).to_be_disabled()
-    expect(page.locator("#composer-status")).to_contain_text("Stop")
+    expect(page.locator("#prompt")).to_be_editable()  # the next question can be typed
+    expect(page.locator("#send")).to_be_disabled()
+    expect(page.locator("#composer-status")).to_contain_text("Esc stops")
     expect(page.locator("#stop")).to_be_visible()
-    # Then the text streams in as plain text (the markdown is not rendered yet) ...
+    # Then the text streams in, formatted as it comes (never the raw markdown) ...
     page.wait_for_function(
         """() => {
             const a = document.querySelector('article.msg-assistant');
-            return a.dataset.status === 'streaming' && a.querySelector('.body').textContent.length;
+            return a.dataset.status === 'streaming' && a.querySelector('.body strong');
         }"""
     )
-    expect(answer.locator(".body")).to_contain_text("Here is **bold**")
+    expect(answer.locator(".body")).to_contain_text("Here is bold")
+    assert "**" not in answer.locator(".body").inner_text()
     # ... and ends rendered from markdown.
     expect(answer).to_have_attribute("data-status", "complete")
     expect(answer.locator(".body strong")).to_have_text("bold")
@@ -89,7 +91,7 @@ def test_a_newcomer_signs_up_and_watches_the_answer_think_stream_and_render(
     # The page became the conversation's page, first in the sidebar, titled by the prompt.
     expect(page).to_have_url(re.compile(r"/c/[0-9a-f-]{36}/$"))
     conversation = page.url.rstrip("/").rsplit("/", 1)[1]
-    first = page.locator("#conversation-list > li").first
+    first = page.locator("#conversation-list > li.conv").first
     expect(first).to_have_id(f"conv-{conversation}")
     expect(first).to_have_class(re.compile(r"\bcurrent\b"))
     expect(page.locator("#chat-title")).to_have_text(re.compile(r"^/stall 1 /echo Here is"))

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import redis
 from playwright.sync_api import Browser, Locator, Page, WebSocket, expect
 
 from tests.browser.browsing import (
@@ -18,7 +23,10 @@ from tests.browser.browsing import (
     wait_for_answer,
     watch_for_errors,
 )
-from tests.servers import running_chatsite
+from tests.servers import free_port, migrated_sqlite, running_chatsite
+from tests.test_reliability_restart import daphne_pid
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
 
 pytestmark = pytest.mark.browser
 
@@ -47,8 +55,11 @@ def assert_shown_exactly_once(page: Page, answer: Locator) -> None:
     whole = long_text(TOKENS)
     assert source_text(answer) == whole  # the server saved all of it
     mid = answer.get_attribute("data-mid") or ""
-    # The streamed text, just before the final HTML replaced it: no gap, no repeat.
-    assert streamed_text(page, mid) == whole
+    # What the answer showed while it streamed (rendered block by block, so compared word by
+    # word): the answer's beginning, with no gap and no repeat; at the end, all of it.
+    streamed = (streamed_text(page, mid) or "").split()
+    assert streamed and streamed == whole.split()[: len(streamed)]
+    assert answer.locator(".body").evaluate("b => b.textContent").split() == whole.split()
 
 
 def test_an_answer_survives_going_offline_and_back_mid_stream(
@@ -124,3 +135,60 @@ def test_a_second_tab_on_the_conversation_sees_the_answer_live(
     assert_shown_exactly_once(first, wait_for_answer(first, 2))
     assert errors == []
     context.close()
+
+
+def test_a_tab_whose_server_crashed_mid_answer_shows_it_failed_with_its_text_and_works(
+    browser: Browser, tmp_path: Path
+) -> None:
+    # The review's stuck tab (issue 13, finding 7): after a SIGKILL and a restart the answer
+    # stayed `streaming`, Stop did nothing and the box stayed disabled until a reload.
+    port = free_port()
+    database = migrated_sqlite(tmp_path)
+    prefix = f"test:{uuid.uuid4().hex[:10]}:"
+    env = {
+        "REDIS_URL": REDIS_URL,  # the stream log outlives the process
+        "CHAT_REDIS_PREFIX": prefix,
+        "CHAT_INSTANCE_ID": "crashed",
+        "DEMO_TOKENS_PER_SECOND": "200",
+        "DEMO_TTFB_MS": "0",
+        "CHAT_CHECKPOINT_SECONDS": "2",
+    }
+    try:
+        with running_chatsite(database_url=database, port=port, **env) as base:
+            context = signed_in_context(browser, base)
+            page = open_chat(context)
+            errors = watch_for_errors(page)
+            send(page, "/long 3000")
+            answer = wait_for_answer(page, 1)
+            wait_for_some_text(page, chars=1500)
+            os.kill(daphne_pid(port), signal.SIGKILL)
+            expect(page.locator("#connection")).to_have_attribute("data-state", "reconnecting")
+            shown = answer.locator(".body").evaluate("b => b.textContent")
+        # The same instance comes back on the same address; the tab reconnects by itself.
+        with running_chatsite(database_url=database, port=port, **env):
+            expect(answer).to_have_attribute("data-status", "failed", timeout=40_000)
+            expect(answer.locator(".note.error")).to_contain_text("interrupted")
+            # Everything the tab showed is still there (and maybe the little it missed). It
+            # showed the answer rendered (paragraphs, not blank lines): compared word by word,
+            # its last word perhaps half written.
+            words, saved = shown.split(), source_text(answer).split()
+            assert words[:-1] == saved[: len(words) - 1]
+            assert saved[len(words) - 1].startswith(words[-1])
+            assert (
+                answer.locator(".body").evaluate("b => b.textContent").startswith(shown.split()[0])
+            )
+            expect(page.locator("#stop")).to_be_hidden()
+            expect(answer.locator("button.retry")).to_be_visible()
+            # The box works: the next prompt is sent and answered.
+            send(page, "/echo back after the crash")
+            second = wait_for_answer(page, 2)
+            expect(second).to_have_attribute("data-status", "complete", timeout=20_000)
+            expect(second.locator(".body")).to_have_text("back after the crash")
+            assert errors == []
+            context.close()
+    finally:
+        client = redis.Redis.from_url(REDIS_URL)
+        keys = list(client.scan_iter(f"{prefix}*"))
+        if keys:
+            client.delete(*keys)
+        client.close()

@@ -10,11 +10,14 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, WebSocket, expect
 
 from tests.browser.browsing import (
+    DEVICES,
     answers,
     open_chat,
+    press,
     run_axe,
     send,
     signed_in_context,
+    type_prompt,
     wait_for_answer,
     watch_for_errors,
 )
@@ -123,6 +126,34 @@ def test_editing_an_earlier_prompt_shows_the_new_branch_and_the_arrows_switch_ba
     expect(thread(page)).to_have_text(["/echo uno", "uno"])
     prompts(page).first.get_by_role("button", name="Previous version").click()
     expect(thread(page)).to_have_text(["/echo one", "one", "/echo two", "two"])
+    assert errors == []
+    context.close()
+
+
+@pytest.mark.parametrize("device", list(DEVICES))
+def test_the_editing_note_names_the_way_out_this_device_has(
+    browser: Browser, server: str, device: str
+) -> None:
+    context = signed_in_context(browser, server, **DEVICES[device])
+    page = open_chat(context)
+    errors = watch_for_errors(page)
+    ask(page, "/echo one", 1)
+    type_prompt(page, "a draft")
+    editing = page.locator("#editing")
+    press(page, prompts(page).first.get_by_role("button", name="Edit"))
+    expect(editing).to_be_visible()
+    if device == "desktop":
+        expect(editing).to_contain_text(
+            "Editing an earlier message — Esc or Cancel to stop editing"
+        )
+        page.keyboard.press("Escape")
+    else:
+        # A phone's on-screen keyboard has no Esc key: the note says what there is to tap.
+        expect(editing).to_contain_text("Editing an earlier message — Tap Cancel to stop editing")
+        expect(editing).not_to_contain_text("Esc")
+        press(page, editing.get_by_role("button", name="Cancel"))
+    expect(editing).to_be_hidden()
+    expect(page.locator("#prompt")).to_have_value("a draft")
     assert errors == []
     context.close()
 

@@ -2,9 +2,11 @@
 
 The demo model answers `/echo <payloads>`, so every payload of tests/data/xss_payloads.txt
 (plus a few that call our trap by name) arrives as a real answer: streamed into the page by
-stream.js, then replaced by the server's rendered HTML. In the browser no script may run, no
-`on*` attribute or script-capable URL and no image, frame or embed may reach an answer; benign
-markdown still renders, and an image in an answer makes no request.
+stream.js, rendered block by block while it streams (the server's blocks and the page's own
+preview of the open tail), then ended with the server's rendered HTML. In the browser no script
+may run, no `on*` attribute or script-capable URL and no image, frame or embed may reach an
+answer — checked on every element as it is added mid-stream, and on the whole page after each
+answer ends; benign markdown still renders, and an image in an answer makes no request.
 """
 
 from __future__ import annotations
@@ -52,48 +54,78 @@ document.addEventListener("securitypolicyviolation", (event) => {
 });
 """
 
-# Everything in the answers (and the user's bubbles) that could run or load something.
-SCAN_ANSWERS = r"""
-() => {
-  const found = [];
+# What one element in an answer (or a user's bubble) may not be or carry: pushed to `found`.
+CHECK_ELEMENT = r"""
+(el, user, found) => {
   const urlAttrs = ["href", "src", "action", "formaction", "xlink:href", "data", "poster",
                     "background", "srcdoc", "srcset", "ping", "codebase", "cite"];
   const banned = new Set(["IMG", "IFRAME", "OBJECT", "EMBED", "SCRIPT", "STYLE", "FORM",
     "INPUT", "BUTTON", "SVG", "MATH", "LINK", "META", "BASE", "VIDEO", "AUDIO", "SOURCE",
     "FRAME", "FRAMESET", "PICTURE", "TEXTAREA", "SELECT", "DETAILS", "TEMPLATE"]);
-  const bodies = document.querySelectorAll("#messages article.msg .body");
-  for (const body of bodies) {
-    const user = body.closest("article").classList.contains("msg-user");
-    for (const el of body.querySelectorAll("*")) {
-      const tag = el.tagName.toUpperCase();
-      // stream.js adds a copy button to each code block (the sanitiser allows no buttons).
-      const ours = ["type", "class", "data-action", "aria-label"];
-      if (el.matches('button.copy-code[data-action="copy-code"]')
-          && [...el.attributes].every((a) => ours.includes(a.name))) continue;
-      if (user) found.push("element in a user bubble: " + tag);
-      if (banned.has(tag)) found.push("element " + tag + ": " + el.outerHTML.slice(0, 120));
-      for (const attr of el.attributes) {
-        const name = attr.name.toLowerCase();
-        const value = attr.value.replace(/[\s\u0000-\u001f]/g, "").toLowerCase();
-        if (name.startsWith("on")) found.push("handler " + name + " on " + tag);
-        if (name === "style") found.push("style on " + tag);
-        if (urlAttrs.includes(name) && /^(javascript|data|vbscript|livescript):/.test(value)) {
-          found.push(name + "=" + attr.value.slice(0, 80));
-        }
-      }
-      // An <a> without href is inert (nh3 drops a URL it cannot parse); with one, it must
-      // be http(s) or mailto and open with rel=noopener.
-      if (tag === "A" && el.hasAttribute("href")) {
-        if (!/^(https?:|mailto:)/i.test(el.getAttribute("href"))) {
-          found.push("link to " + el.getAttribute("href"));
-        }
-        const rel = el.getAttribute("rel") || "";
-        if (!/\bnoopener\b/.test(rel)) found.push("no rel: " + el.outerHTML);
-      }
+  const tag = el.tagName.toUpperCase();
+  // stream.js adds a copy button to each code block (the sanitiser allows no buttons).
+  const ours = ["type", "class", "data-action", "aria-label"];
+  if (el.matches('button.copy-code[data-action="copy-code"]')
+      && [...el.attributes].every((a) => ours.includes(a.name))) return;
+  if (user) found.push("element in a user bubble: " + tag);
+  if (banned.has(tag)) found.push("element " + tag + ": " + el.outerHTML.slice(0, 120));
+  for (const attr of el.attributes) {
+    const name = attr.name.toLowerCase();
+    const value = attr.value.replace(/[\s\u0000-\u001f]/g, "").toLowerCase();
+    if (name.startsWith("on")) found.push("handler " + name + " on " + tag);
+    if (name === "style") found.push("style on " + tag);
+    if (urlAttrs.includes(name) && /^(javascript|data|vbscript|livescript):/.test(value)) {
+      found.push(name + "=" + attr.value.slice(0, 80));
     }
   }
-  return found;
+  // An <a> without href is inert (nh3 drops a URL it cannot parse); with one, it must
+  // be http(s) or mailto and open with rel=noopener.
+  if (tag === "A" && el.hasAttribute("href")) {
+    if (!/^(https?:|mailto:)/i.test(el.getAttribute("href"))) {
+      found.push("link to " + el.getAttribute("href"));
+    }
+    const rel = el.getAttribute("rel") || "";
+    if (!/\bnoopener\b/.test(rel)) found.push("no rel: " + el.outerHTML);
+  }
 }
+"""
+
+# Everything in the answers (and the user's bubbles) that could run or load something.
+SCAN_ANSWERS = f"""
+() => {{
+  const check = {CHECK_ELEMENT};
+  const found = [];
+  for (const body of document.querySelectorAll("#messages article.msg .body")) {{
+    const user = body.closest("article").classList.contains("msg-user");
+    for (const el of body.querySelectorAll("*")) check(el, user, found);
+  }}
+  return found;
+}}
+"""
+
+# Mid-stream (issue 15: answers render block by block while they stream): every element the
+# page adds inside an answer's body is checked as it is added, before the answer's `done`,
+# since it may be gone (replaced by the next block) when the answer ends.
+MID_STREAM = f"""
+window.__midStream = {{ found: [], elements: 0 }};
+document.addEventListener("DOMContentLoaded", () => {{
+  const messages = document.getElementById("messages");
+  if (!messages) return;
+  const check = {CHECK_ELEMENT};
+  new MutationObserver((records) => {{
+    for (const record of records) {{
+      const target = record.target;
+      if (target.nodeType !== 1 || !target.closest(".msg-assistant .body")) continue;
+      for (const node of record.addedNodes) {{
+        if (node.nodeType !== 1) continue;
+        for (const el of [node, ...node.querySelectorAll("*")]) {{
+          check(el, false, window.__midStream.found);
+          window.__midStream.elements += 1;
+        }}
+      }}
+    }}
+  }}).observe(messages, {{ childList: true, subtree: true }});
+}});
 """
 
 
@@ -168,6 +200,7 @@ def run_corpus(browser: Browser, base: str, session: str, prompts: list[str], **
     watch = Watch(base)
     context = browser.new_context(base_url=base, **{**DESKTOP, **ctx})
     context.add_init_script(TRAP)
+    context.add_init_script(MID_STREAM)
     context.add_cookies([{"name": "sessionid", "value": session, "url": base}])
     watch.attach(context)
     try:
@@ -181,6 +214,9 @@ def run_corpus(browser: Browser, base: str, session: str, prompts: list[str], **
             expect(page.locator("article.msg-assistant")).to_have_count(len(chunk))
             found = page.evaluate(SCAN_ANSWERS)
             assert found == [], "\n".join(found)
+            mid_stream = page.evaluate("window.__midStream")
+            assert mid_stream["found"] == [], "\n".join(mid_stream["found"])
+            assert mid_stream["elements"] > 0  # the answers did render while they streamed
             assert page.evaluate("window.__xssHits") == []
             page.close()
         assert watch.dialogs == []

@@ -5,7 +5,12 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
-import { BACKOFF_BASE_MS, BACKOFF_MAX_MS, reconnectDelay } from "../../static/chat/backoff.js";
+import {
+  BACKOFF_BASE_MS,
+  BACKOFF_MAX_MS,
+  nextReconnect,
+  reconnectDelay,
+} from "../../static/chat/backoff.js";
 
 const almostOne = () => 0.999999;
 
@@ -44,6 +49,24 @@ describe("reconnectDelay", () => {
       const delay = reconnectDelay(2);
       assert.ok(delay >= 0 && delay < BACKOFF_BASE_MS * 4);
       assert.ok(Number.isInteger(delay));
+    }
+  });
+});
+
+describe("nextReconnect", () => {
+  test("online, it waits a jittered backoff and says it is reconnecting", () => {
+    assert.deepEqual(nextReconnect(3, { random: () => 0.5 }), {
+      delay: reconnectDelay(3, { random: () => 0.5 }),
+      connection: "reconnecting",
+    });
+  });
+
+  test("offline, it waits the longest delay and says so: the online event comes sooner", () => {
+    for (const attempt of [0, 1, 7]) {
+      assert.deepEqual(nextReconnect(attempt, { offline: true }), {
+        delay: BACKOFF_MAX_MS,
+        connection: "offline",
+      });
     }
   });
 });

@@ -6,6 +6,8 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
 import {
+  alertCountdown,
+  connectionLabel,
   countdownText,
   formatSeconds,
   tierBadge,
@@ -33,7 +35,7 @@ describe("formatSeconds", () => {
 
 describe("countdownText", () => {
   test("it counts down, then says the user can send", () => {
-    assert.equal(countdownText(42), "You can send again in 42 s.");
+    assert.equal(countdownText(42), "Send again in 42 s.");
     assert.equal(countdownText(0), "You can send again now.");
     assert.equal(countdownText(-3), "You can send again now.");
   });
@@ -55,13 +57,52 @@ describe("withoutStaticRetryHint", () => {
   });
 });
 
+describe("alertCountdown", () => {
+  test("a rate limit or a quota counts down to when the user may send again", () => {
+    assert.equal(alertCountdown({ code: "rate_limited", retry_after: 42 }), 42);
+    assert.equal(alertCountdown({ code: "quota_exceeded", retry_after: 3600 }), 3600);
+  });
+
+  test("the cap on concurrent answers waits for an answer to end, not for a time", () => {
+    assert.equal(alertCountdown({ code: "too_many_streams", retry_after: 5 }), 0);
+    assert.equal(alertCountdown({ code: "too_many_streams", retry_when: "stream_ends" }), 0);
+  });
+
+  test("no retry_after, or a broken one, means no countdown", () => {
+    assert.equal(alertCountdown({ code: "upstream_error" }), 0);
+    assert.equal(alertCountdown({ code: "rate_limited", retry_after: "soon" }), 0);
+    assert.equal(alertCountdown(), 0);
+  });
+});
+
 describe("tierBadge", () => {
   test("it names the tier and the model, and says why on hover", () => {
     const words = tierBadge({ tier: "lite", model: "demo-lite", device: "phone", reason: "phone" });
     assert.equal(words.tier, "lite");
     assert.equal(words.label, "Lite model · demo-lite");
     assert.equal(words.title, "Lite model · demo-lite — Why: phone.");
-    assert.ok(words.details.includes("Detected device: phone."));
+  });
+
+  test("a model picked instead of the device's default is what it names", () => {
+    const ready = { tier: "full", model: "demo-full", device: "desktop", reason: "desktop" };
+    const words = tierBadge(ready, { id: "demo-lite", label: "Demo Lite (fast)" });
+    assert.equal(words.label, "Demo Lite (fast) · picked");
+    assert.equal(words.details[0], "You picked Demo Lite (fast) for this conversation.");
+    assert.ok(words.details.includes("Full model (demo-full) is this device's default."));
+    // Picking the default itself changes nothing.
+    const same = tierBadge(ready, { id: "demo-full", label: "Demo Full" });
+    assert.equal(same.label, "Full model · demo-full");
+  });
+
+  test("it names the device once when the device is the reason", () => {
+    const words = tierBadge({ tier: "lite", model: "demo-lite", device: "phone", reason: "phone" });
+    assert.deepEqual(
+      words.details.filter((line) => line.includes("phone")),
+      ["Why: phone."],
+    );
+    const saver = tierBadge({ tier: "lite", device: "phone", reason: "data saver is on" });
+    assert.ok(saver.details.includes("Why: data saver is on."));
+    assert.ok(saver.details.includes("Detected device: phone."));
   });
 
   test("it falls back to the full tier and leaves out what it was not told", () => {
@@ -95,5 +136,20 @@ describe("tokensLeftAfter", () => {
     assert.equal(tokensLeftAfter({ usage, tokens_left: null }, 50_000), 49_958);
     assert.equal(tokensLeftAfter({ usage }, 10), 0);
     assert.equal(tokensLeftAfter({}, 500), 500);
+  });
+});
+
+describe("connectionLabel", () => {
+  test("it says each socket state in a word or two", () => {
+    assert.equal(connectionLabel("connecting"), "Connecting…");
+    assert.equal(connectionLabel("connected"), "Connected");
+    assert.equal(connectionLabel("reconnecting"), "Reconnecting…");
+    assert.equal(connectionLabel("offline"), "Offline");
+    assert.equal(connectionLabel("logged-out"), "Logged out");
+  });
+
+  test("it shows a state it does not know as it is, and no inherited name", () => {
+    assert.equal(connectionLabel("draining"), "draining");
+    assert.equal(connectionLabel("toString"), "toString");
   });
 });

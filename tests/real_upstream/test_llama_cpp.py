@@ -13,7 +13,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from chat.upstream import Delta, Finish, StreamItem, UpstreamClient, UpstreamError, Usage
+from chat.upstream.client import UpstreamClient
+from chat.upstream.errors import UpstreamError
+from chat.upstream.items import Delta, Finish, StreamItem, Usage
 
 pytestmark = pytest.mark.real_upstream
 

@@ -1,0 +1,439 @@
+"""Per-user limits on chat turns: the request rate, the daily token quota, concurrent streams.
+
+One core for two thin adapters (the socket's ASGI middleware, the HTTP middleware). Counting
+lives in Redis when `REDIS_URL` is set, so every instance shares it, and in this process's
+memory otherwise. The design and its numbers: docs/decisions/rate-limiting.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, Literal
+
+from django.conf import settings
+from limits.aio.storage import MemoryStorage, RedisStorage
+from limits.aio.strategies import MovingWindowRateLimiter
+
+from chat import metrics
+from chat.limits import refusals
+from chat.limits.budget import usable
+from chat.limits.plans import UserLimits, limits_for
+from chat.limits.rates import limits_storage_uri, parse_rate, utc_day
+from chat.limits.refusals import Rejection
+from chat.limits.storage import Backend, Budgets, MemoryBackend, Pool, RedisBackend, Settled
+from chat.loops import PerLoop
+from chat.redis_clients import REDIS_DOWN, redis_client
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LEASE_SECONDS = 30.0
+
+
+# --- the limiter ---------------------------------------------------------------------------
+
+
+class Admission:
+    """What an admitted prompt holds until its turn ends: a stream slot and reserved tokens.
+
+    The turn calls `refresh()` every `refresh_interval` seconds and `settle()` exactly when it
+    ends (settling twice is harmless). A turn that dies without settling loses its slot when
+    the lease runs out; its reservation stays charged (the safe side of a quota).
+    """
+
+    def __init__(
+        self,
+        limiter: Limiter,
+        user_id: int,
+        *,
+        reserved: int,
+        slot_id: str,
+        day: str,
+        limits: UserLimits,
+        budgets: Budgets | None = None,
+        degraded: bool = False,
+        pool: Pool = "streams",
+    ) -> None:
+        self.user_id = user_id
+        self.pool: Pool = pool  # the slot set it holds a slot in
+        self.reserved = reserved
+        self.slot_id = slot_id
+        self.day = day
+        self.limits = limits
+        self.budgets = budgets or Budgets(max(0, limits.daily_tokens), 0)
+        # Admitted while the storage was down ("open" policy): nothing to refresh or settle.
+        self.degraded = degraded
+        self._limiter = limiter
+        self.settled = False
+        # Whether a budget (the user's quota, the site's) caps this turn: then its answer's
+        # `max_tokens` must fit the reservation. Not while the storage is down (open policy).
+        self.limited = not degraded and (self.budgets.quota > 0 or self.budgets.everyone > 0)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Admission user={self.user_id} reserved={self.reserved} slot={self.slot_id}"
+            f"{' degraded' if self.degraded else ''}{' settled' if self.settled else ''}>"
+        )
+
+    @property
+    def refresh_interval(self) -> float:
+        """A third of the lease: two refreshes may be lost before the slot expires."""
+        return self._limiter.lease_seconds / 3
+
+    def record(self) -> dict[str, Any] | None:
+        """What releasing this admission needs, to store with the answer: if the process
+        holding it dies, whoever marks the answer failed releases it (Limiter.release_dead).
+        None when there is nothing to release (admitted while the storage was down)."""
+        if self.degraded:
+            return None
+        return {"slot": self.slot_id, "day": self.day, "reserved": self.reserved}
+
+    async def refresh(self) -> None:
+        """Extend the stream slot's lease; the turn calls this while it streams."""
+        if self.settled or self.degraded:
+            return
+        try:
+            held = await self._limiter._backend.refresh(self.user_id, self.slot_id, pool=self.pool)
+        except REDIS_DOWN as exc:
+            self._limiter._note_failure("refresh", exc)
+            return
+        if not held:
+            # The lease ran out (a long pause, a Redis failover); the turn goes on, but the
+            # slot is not recreated: that could push the user over the cap.
+            logger.info("stream slot %s of user %s had expired", self.slot_id, self.user_id)
+
+    async def resize(self, tokens: int) -> int:
+        """Make the reservation `tokens`, once the turn knows its prompt: give back what it
+        does not need, or take more, at most what is left of the budgets (atomically).
+        Returns the reservation now held."""
+        tokens = max(0, tokens)
+        if self.settled or self.degraded or tokens == self.reserved:
+            return self.reserved
+        try:
+            held = await self._limiter._backend.resize(
+                self.user_id, self.slot_id, day=self.day, target=tokens, budgets=self.budgets
+            )
+            if held is not None:  # None: released meanwhile (a reaper took it for dead)
+                self.reserved = held
+        except REDIS_DOWN as exc:
+            # Keep what is held: a cap still applies to the answer, and settle reconciles.
+            self._limiter._note_failure("resize", exc)
+        return self.reserved
+
+    async def settle(self, used_tokens: int | None) -> int | None:
+        """Free the slot and reconcile: refund the unused reservation, or charge the excess
+        (never past the budgets: what a user is limited by never exceeds their quota).
+
+        `used_tokens` None or 0 means the turn failed and delivered nothing: refund it all.
+        Returns today's usable tokens for the usage meter (None: no budget, or unknown), so
+        the turn never has to ask the limiter again.
+        """
+        if self.settled:
+            return None
+        # Mark first: a second settle racing this one (stop + the turn's own finally) must
+        # not refund twice.
+        self.settled = True
+        if self.degraded:
+            return None
+        try:
+            settled = await self._limiter._backend.release(
+                self.user_id,
+                self.slot_id,
+                day=self.day,
+                spent=max(0, used_tokens or 0),
+                budgets=self.budgets,
+                pool=self.pool,
+            )
+        except REDIS_DOWN as exc:
+            # The slot will expire with its lease; the reservation stays charged.
+            self._limiter._note_failure("settle", exc)
+            return None
+        return usable_left(self.budgets, settled)
+
+
+LimitsResolver = Callable[[int], Awaitable[UserLimits]]
+
+
+def _budgets(limits: UserLimits) -> Budgets:
+    return Budgets(max(0, limits.daily_tokens), max(0, settings.CHAT_GLOBAL_DAILY_TOKENS))
+
+
+def usable_left(budgets: Budgets, counted: Settled) -> int | None:
+    """Tokens a user can still spend today under both budgets (0 when too few for a turn);
+    None when neither budget applies."""
+    lefts = []
+    if budgets.quota > 0:
+        lefts.append(budgets.quota - counted.charged)
+    if budgets.everyone > 0:
+        lefts.append(budgets.everyone - counted.spent_by_all)
+    return usable(max(0, min(lefts))) if lefts else None
+
+
+class Limiter:
+    """Admits chat prompts (rate, stream slot, token reservation) and HTTP requests (rate)."""
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        *,
+        prefix: str | None = None,
+        failure: Literal["open", "closed"] | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        limits_resolver: LimitsResolver | None = None,
+        socket_timeout: float = 1.0,
+    ) -> None:
+        """Defaults come from settings; tests pass their own prefix, URL, lease or limits."""
+        url = settings.REDIS_URL if redis_url is None else redis_url
+        self.prefix = settings.CHAT_REDIS_PREFIX if prefix is None else prefix
+        self.failure = settings.CHAT_LIMITER_FAILURE if failure is None else failure
+        self.lease_seconds = lease_seconds
+        self.backend_name = "redis" if url else "memory"
+        self._resolve = limits_resolver or limits_for
+        self._backend: Backend
+        self._storage: RedisStorage | MemoryStorage
+        if url:
+            # redis-py retries 10 times with backoff by default: seconds per prompt while Redis
+            # is down. One immediate retry covers a stale pooled connection.
+            client = redis_client(
+                "limiter",
+                url=url,
+                prefix=self.prefix,
+                socket_timeout=socket_timeout,
+                connect_timeout=socket_timeout,
+                retries=1,
+                decode_responses=False,
+            )
+            self._storage = RedisStorage(
+                limits_storage_uri(url),
+                implementation="redispy",
+                key_prefix=f"{self.prefix}rate",
+                # One pool for the whole limiter (limits' stubs type **options too narrowly).
+                connection_pool=client.connection_pool,  # type: ignore[arg-type]
+            )
+            self._backend = RedisBackend(client, self.prefix, lease_seconds)
+        else:
+            self._storage = MemoryStorage()
+            self._backend = MemoryBackend(lease_seconds)
+        # Moving window: exact ("at most N in any N-second span") and it yields the exact
+        # moment a slot frees for retry_after. Why not the sliding-window counter: the doc.
+        self._window = MovingWindowRateLimiter(self._storage)
+
+    def __repr__(self) -> str:
+        return f"<Limiter {self.backend_name} prefix={self.prefix!r} failure={self.failure}>"
+
+    async def aclose(self) -> None:
+        """Close the Redis connections (tests, shutdown)."""
+        await self._backend.close()
+
+    # -- public API ---------------------------------------------------------------------------
+
+    async def admit(
+        self,
+        user_id: int,
+        *,
+        estimate_tokens: int,
+        at_least: int | None = None,
+        limits: UserLimits | None = None,
+        pool: Pool = "streams",
+    ) -> Admission | Rejection:
+        """Admit one turn, or say why not. The caller must `settle()` what it gets.
+
+        The reservation is `estimate_tokens`, or what is left of the budgets if that is less,
+        but at least `at_least` (default: all of the estimate), else the turn is refused.
+        `pool="titles"` (a conversation's title, asked for in the background): refused when
+        the user is at their rate limit, but not counted as one of their messages; its slot is
+        taken from a set of its own, with the same cap as the user's streams, so a title never
+        takes the slot the user's next prompt needs and a user's titles in flight stay bounded.
+        """
+        if limits is None:
+            limits = await self._resolve(user_id)
+        now = time.time()
+        day = utc_day(now)
+        budgets = _budgets(limits)
+        want = max(0, estimate_tokens)
+        floor = want if at_least is None else min(want, max(0, at_least))
+        # A turn is never refused just because it asks for more than a whole budget: then it
+        # needs the whole day unused (its answer is capped by what it gets).
+        for budget in budgets:
+            if budget:
+                floor = min(floor, budget)
+        slot_id = uuid.uuid4().hex
+        try:
+            rejected = await self._hit_rate(
+                ("chat", str(user_id)), limits.rate, "message", count=pool == "streams"
+            )
+            if rejected:
+                return rejected
+            # Slot and reservation in one atomic step: nothing to undo between them. The rate
+            # hit above stays counted when they refuse (see the decision doc).
+            verdict = await self._backend.reserve(
+                user_id,
+                slot_id,
+                cap=max(0, limits.max_streams),
+                want=want,
+                at_least=floor,
+                budgets=budgets,
+                day=day,
+                pool=pool,
+            )
+        except REDIS_DOWN as exc:
+            self._note_failure("admit", exc)
+            if self.failure == "closed":
+                return refusals.unavailable()
+            return Admission(
+                self, user_id, reserved=0, slot_id="", day=day, limits=limits, degraded=True
+            )
+        if verdict.status == "streams":
+            return refusals.streams(limits.max_streams)
+        if verdict.status == "tokens":
+            return refusals.tokens(budgets.quota, verdict.granted, floor)
+        if verdict.status == "budget":
+            return refusals.budget()
+        return Admission(
+            self,
+            user_id,
+            reserved=verdict.granted,
+            slot_id=slot_id,
+            day=day,
+            limits=limits,
+            budgets=budgets,
+            pool=pool,
+        )
+
+    async def hit_http(self, key: str, rate: str) -> Rejection | None:
+        """Count one HTTP request against `rate` for `key` (a user or a client address)."""
+        try:
+            return await self._hit_rate(("http", key), rate, "request")
+        except REDIS_DOWN as exc:
+            self._note_failure("hit_http", exc)
+            return refusals.unavailable() if self.failure == "closed" else None
+
+    async def hit_resume(self, user_id: int) -> Rejection | None:
+        """Count one `resume` against CHAT_RESUME_RATE: sending a finished answer again costs
+        its whole HTML, so a loop of them must not stall the instance (issue 13.6)."""
+        try:
+            return await self._hit_rate(
+                ("resume", str(user_id)), settings.CHAT_RESUME_RATE, "answer reload"
+            )
+        except REDIS_DOWN as exc:
+            # A resume is how a tab gets back what it missed: never refused for an outage.
+            self._note_failure("hit_resume", exc)
+            return None
+
+    async def tokens_today(self, user_id: int) -> tuple[int, int]:
+        """(tokens counted against the user today, the daily quota; 0 = unlimited)."""
+        limits = await self._resolve(user_id)
+        try:
+            used, _ = await self._backend.tokens_used(user_id, utc_day(time.time()))
+        except REDIS_DOWN as exc:
+            self._note_failure("tokens_today", exc)
+            used = 0
+        return used, max(0, limits.daily_tokens)
+
+    async def release_dead(
+        self, user_id: int, record: dict[str, Any], used_tokens: int | None
+    ) -> None:
+        """Settle the admission of a turn whose process died (its `record()`, kept with the
+        answer): free its stream slot now rather than when its lease runs out, and charge
+        `used_tokens` (None or 0: nothing delivered) instead of what it held.
+
+        What it held is read by its slot from the shared count, not from the record: the
+        turn may have resized its reservation since. Settling is exactly once, whoever does
+        it: a turn that settled (or was released) before leaves nothing to release.
+        Only shared (Redis) counts outlive a process: without Redis the dead turn's counts
+        died with it, and there is nothing to release.
+        """
+        if self.backend_name == "memory":
+            return
+        try:
+            slot, day = str(record["slot"]), str(record["day"])
+            limits = await self._resolve(user_id)
+            await self._backend.release(
+                user_id,
+                slot,
+                day=day,
+                spent=max(0, used_tokens or 0),
+                budgets=_budgets(limits),
+            )
+        except REDIS_DOWN as exc:
+            self._note_failure("release_dead", exc)
+        except (KeyError, TypeError, ValueError):
+            logger.warning("cannot release a dead turn's admission from %r", record)
+
+    async def usable_today(self, user_id: int) -> int | None:
+        """What the usage meter shows: the tokens the user can still spend today under their
+        quota and the site's budget (0 when too few for a turn); None when neither applies."""
+        limits = await self._resolve(user_id)
+        budgets = _budgets(limits)
+        if not any(budgets):
+            return None
+        try:
+            counted = await self._backend.tokens_used(user_id, utc_day(time.time()))
+        except REDIS_DOWN as exc:
+            self._note_failure("tokens_today", exc)
+            counted = (0, 0)
+        return usable_left(budgets, Settled(*counted))
+
+    async def reset_today(self, user_id: int) -> int | None:
+        """Forgive today's tokens counted against the user (an admin's bulk action): the count
+        and the Usage history stay; an allowance of the same size is recorded beside them.
+        Returns the tokens forgiven, or None when the storage could not be reached."""
+        try:
+            return await self._backend.forgive(user_id, utc_day(time.time()))
+        except REDIS_DOWN as exc:
+            self._note_failure("reset_today", exc)
+            return None
+
+    # -- steps ----------------------------------------------------------------------------------
+
+    async def _hit_rate(
+        self, identifiers: tuple[str, ...], rate: str, noun: str, *, count: bool = True
+    ) -> Rejection | None:
+        for item in parse_rate(rate):
+            if count and await self._window.hit(item, *identifiers):
+                continue
+            if not count and await self._window.test(item, *identifiers):
+                continue
+            stats = await self._window.get_window_stats(item, *identifiers)
+            return refusals.rate(item, noun, stats.reset_time, stats.remaining)
+        return None
+
+    def _note_failure(self, operation: str, exc: BaseException) -> None:
+        metrics.limiter_failed(operation)
+        logger.warning(
+            "limiter storage unavailable during %s (%s: %s); failing %s",
+            operation,
+            type(exc).__name__,
+            exc,
+            self.failure,
+        )
+
+
+# --- one limiter per event loop ------------------------------------------------------------
+
+
+def _config() -> Hashable:
+    return (
+        settings.REDIS_URL,
+        settings.CHAT_REDIS_PREFIX,
+        settings.CHAT_LIMITER_FAILURE,
+        settings.CHAT_RATE_LIMIT,
+        settings.CHAT_DAILY_TOKENS,
+        settings.CHAT_MAX_CONCURRENT_STREAMS,
+        settings.CHAT_RESUME_RATE,
+        settings.CHAT_GLOBAL_DAILY_TOKENS,
+    )
+
+
+async def _close(limiter: Limiter) -> None:
+    await limiter.aclose()
+
+
+limiters: PerLoop[Limiter] = PerLoop("limiter", Limiter, _close, config=_config)
+
+
+def get_limiter() -> Limiter:
+    """This process's limiter for the running event loop, configured from settings."""
+    return limiters.get()

@@ -1,7 +1,0 @@
-"""Websocket URL routes."""
-
-from django.urls import path
-
-from chat.consumers import ChatConsumer
-
-websocket_urlpatterns = [path("ws/chat/", ChatConsumer.as_asgi())]

@@ -1,0 +1,56 @@
+"""The user's settings page (custom instructions) and a conversation's own settings (its
+system prompt): both sent upstream as the first `system` message."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from chat.forms import InstructionsForm, SystemPromptForm
+from chat.models import Conversation, Preferences
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def user_settings(request: HttpRequest) -> HttpResponse:
+    """GET/POST /settings/: the user's custom instructions."""
+    user_id = int(request.user.pk or 0)
+    saved = False
+    if request.method == "POST":
+        form = InstructionsForm(request.POST)
+        if form.is_valid():
+            Preferences.objects.update_or_create(
+                user_id=user_id, defaults={"instructions": form.cleaned_data["instructions"]}
+            )
+            saved = True
+        status = 200 if saved else 400
+    else:
+        current = (
+            Preferences.objects.filter(user_id=user_id)
+            .values_list("instructions", flat=True)
+            .first()
+        )
+        form = InstructionsForm(initial={"instructions": current or ""})
+        status = 200
+    return render(request, "chat/settings.html", {"form": form, "saved": saved}, status=status)
+
+
+@login_required
+@require_POST
+def conversation_settings(request: HttpRequest, conversation_id: str) -> HttpResponse:
+    """POST /c/<id>/settings/: the conversation's system prompt (404: not the user's)."""
+    conv = get_object_or_404(Conversation, id=conversation_id, user=request.user)
+    form = SystemPromptForm(request.POST)
+    if form.is_valid():
+        conv.system_prompt = form.cleaned_data["system_prompt"]
+        conv.save(update_fields=["system_prompt"])
+    if not request.htmx:  # type: ignore[attr-defined]
+        return redirect(conv) if form.is_valid() else HttpResponse(status=400)
+    return render(
+        request,
+        "chat/partials/conversation_settings.html",
+        {"conversation": conv, "settings_form": form, "saved": form.is_valid()},
+        status=200 if form.is_valid() else 400,
+    )

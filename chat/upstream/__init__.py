@@ -1,0 +1,1 @@
+"""The model server: a pooled OpenAI-compatible streaming client. No Django, no models."""

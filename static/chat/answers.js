@@ -1,0 +1,298 @@
+// The answers streaming on the page: one watch per answer, chunks put in order (reorder.js),
+// gaps asked for again, text and rendered blocks painted once per animation frame (live.js),
+// resume after a reconnect, and each answer's end (done, stop, failure).
+import { resumeFrame, stopFrame } from "./frames.js";
+import { LiveView } from "./live.js";
+import { ReorderBuffer } from "./reorder.js";
+import * as scroll from "./scroll.js";
+import { send, sendOrKeep } from "./socket.js";
+import { articleFor, messages, streamingArticles } from "./thread.js";
+
+const GAP_RESUME_MS = 500; // a gap open this long is asked for again with `resume`
+
+/** One answer this tab shows while it streams. */
+class Watch {
+  constructor(mid, start = 0) {
+    this.mid = mid;
+    this.buffer = new ReorderBuffer(start);
+    this.pending = []; // released text not yet painted
+    this.blocks = []; // block frames not yet painted
+    this.live = null; // the LiveView of the answer's body
+    this.gapTimer = 0;
+  }
+}
+
+const watches = new Map(); // mid -> Watch
+const dirty = new Set(); // watches with text to paint in the next animation frame
+let paintQueued = false;
+const started = new Set(); // mids whose turn started while this page was open
+
+/** Watch the answers already streaming when the page loaded (the socket resumes them). */
+export function watchPage() {
+  for (const article of streamingArticles()) watchFor(article.dataset.mid);
+}
+
+/** After (re)connecting: ask for every answer still streaming on the page, from where we are. */
+export function resumeAll() {
+  for (const article of streamingArticles()) {
+    const watch = watchFor(article.dataset.mid);
+    send(resumeFrame(watch.mid, watch.buffer.next - 1));
+  }
+}
+
+/** A `chunk` frame. @param {{mid: string, seq: number, text: string}} chunk */
+export function onChunk({ mid, seq, text }) {
+  const article = articleFor(mid);
+  if (!article || article.dataset.status !== "streaming") return;
+  const watch = watchFor(mid);
+  const released = watch.buffer.push(seq, text);
+  if (released) {
+    watch.pending.push(released);
+    queuePaint(watch);
+  }
+  if (watch.buffer.highest >= watch.buffer.next) {
+    // A gap: chunks after it arrived first. Ask again if it does not close by itself.
+    if (!watch.gapTimer) {
+      watch.gapTimer = setTimeout(() => {
+        watch.gapTimer = 0;
+        if (watch.buffer.highest >= watch.buffer.next) {
+          send(resumeFrame(mid, watch.buffer.next - 1));
+        }
+      }, GAP_RESUME_MS);
+    }
+  } else if (watch.gapTimer) {
+    clearTimeout(watch.gapTimer);
+    watch.gapTimer = 0;
+  }
+}
+
+/** A `block` frame: a final block of the answer, rendered (docs/protocol.md). */
+export function onBlock(frame) {
+  const article = articleFor(frame.mid);
+  if (!article || article.dataset.status !== "streaming") return;
+  const watch = watchFor(frame.mid);
+  watch.blocks.push(frame);
+  queuePaint(watch);
+}
+
+/**
+ * An HTML frame without the content of the bodies this tab will keep (`onOobBeforeSwap`): that content
+ * is the blocks it placed, so parsing it again (thousands of elements at the end of a long
+ * answer) would only be thrown away. The body's own tag stays, with its `data-blocks`. Only
+ * the shape the server makes (chat/partials/message.html) is cut; anything else is left whole.
+ * @param {string} html
+ */
+export function withoutKeptBodies(html) {
+  for (const watch of watches.values()) {
+    const live = watch.live;
+    if (!live?.placed || !live.body.isConnected) continue;
+    const article = html.indexOf(` id="msg-${watch.mid}"`);
+    if (article < 0) continue;
+    const open = `<div class="body markdown" data-blocks="${live.placed}" aria-busy="false">`;
+    const start = html.indexOf(open, article);
+    const footer = start < 0 ? -1 : html.indexOf('<div class="msg-footer">', start);
+    const close = footer < 0 ? -1 : html.lastIndexOf("</div>", footer);
+    if (close < start + open.length) continue;
+    html = html.slice(0, start + open.length) + html.slice(close);
+  }
+  return html;
+}
+
+/**
+ * `htmx:oobBeforeSwap`: the final HTML of an answer whose new body is exactly the blocks this
+ * tab placed (`data-blocks`) is merged into the answer in place instead of replacing it: the
+ * body the reader was looking at stays where it is, untouched (nothing already rendered is
+ * replaced or moves at the end), and the answer's other parts (footer, details) and attributes
+ * become the final ones. Replacing the article instead made htmx clean up every element of the
+ * body (an event per element: 9,400 at the end of a 20,000-token answer) and the browser lay
+ * out the moved body again from scratch: together one long task of ~0.7 s (docs/benchmarks.md).
+ * @param {CustomEvent} event
+ */
+export function onOobBeforeSwap(event) {
+  const { target, fragment } = event.detail;
+  const fresh = fragment?.firstElementChild;
+  if (!fresh?.matches("article.msg-assistant") || fresh.dataset.status === "streaming") return;
+  const live = watches.get(target.dataset?.mid)?.live;
+  if (!live?.placed || live.body.parentElement !== target) return;
+  const freshBody = fresh.querySelector(":scope > .body");
+  if (!freshBody || freshBody.dataset.blocks !== String(live.placed)) return;
+  event.detail.shouldSwap = false;
+  live.close();
+  const body = live.body;
+  body.dataset.blocks = freshBody.dataset.blocks;
+  body.setAttribute("aria-busy", "false");
+  for (const child of [...target.childNodes]) if (child !== body) child.remove();
+  let beforeBody = true;
+  for (const child of [...fresh.childNodes]) {
+    if (child === freshBody) beforeBody = false;
+    else if (beforeBody) body.before(child);
+    else target.append(child);
+  }
+  for (const name of target.getAttributeNames()) {
+    if (!fresh.hasAttribute(name)) target.removeAttribute(name);
+  }
+  for (const name of fresh.getAttributeNames()) target.setAttribute(name, fresh.getAttribute(name));
+  for (const child of target.children) if (child !== body) window.htmx.process(child);
+}
+
+/**
+ * A `done` frame: the answer ends with the frame's status.
+ * @returns {boolean} whether its turn started while this page was open (so the usage meter
+ *   counts it)
+ */
+export function onDone(frame) {
+  const watch = watches.get(frame.mid);
+  forget(frame.mid);
+  const article = articleFor(frame.mid);
+  if (article && article.dataset.status === "streaming") {
+    // The final HTML did not come (e.g. the conversation was deleted): paint what we have.
+    if (watch) paintWatch(watch, article);
+    article.dataset.status = frame.status;
+    article.querySelector(".body")?.setAttribute("aria-busy", "false");
+  }
+  return started.delete(frame.mid);
+}
+
+/** An `error` frame: `not_found` for an answer means it is gone; it streams no more. */
+export function onError(frame) {
+  if (frame.code !== "not_found" || !frame.mid) return;
+  forget(frame.mid);
+  const article = articleFor(frame.mid);
+  if (article && article.dataset.status === "streaming") article.dataset.status = "failed";
+}
+
+/**
+ * After an HTML frame: follow every answer shell new on the page. Another tab's answer
+ * (`data-watch`) is asked for from its first chunk; one that finished before this tab heard of
+ * it comes rendered, unless it has no text at all (failed at once), which is asked for so its
+ * final state shows.
+ * @returns {boolean} whether a new shell is not marked for watchers: the shell of the turn
+ *   this tab asked for, if it asked for one
+ */
+export function followNew() {
+  let unmarked = false;
+  for (const article of streamingArticles()) {
+    const mid = article.dataset.mid;
+    if (watches.has(mid)) continue;
+    const watch = watchFor(mid);
+    started.add(mid);
+    // An answer going on with its open block (Continue): previewed now, before any chunk.
+    const body = article.querySelector(":scope > .body");
+    if (body?.dataset.open !== undefined) liveFor(watch, body);
+    // From its first chunk, or, for an answer going on (Continue), from its `data-next`.
+    if (article.dataset.watch) send(resumeFrame(mid, watch.buffer.next - 1));
+    else unmarked = true;
+  }
+  for (const article of messages.querySelectorAll(
+    'article.msg-assistant[data-watch]:not([data-status="streaming"])',
+  )) {
+    article.removeAttribute("data-watch");
+    if (!article.querySelector(".body").childNodes.length) {
+      send(resumeFrame(article.dataset.mid, -1));
+    }
+  }
+  return unmarked;
+}
+
+/**
+ * After the whole thread was swapped (a version switch): a switched-to branch may hold an
+ * answer still streaming (asked in another tab). Its shell comes empty, so it is followed from
+ * its first chunk, even if this tab followed it before.
+ */
+export function restartAll() {
+  for (const article of streamingArticles()) {
+    const mid = article.dataset.mid;
+    forget(mid);
+    watchFor(mid);
+    send(resumeFrame(mid, -1));
+  }
+}
+
+/**
+ * Stop the newest answer still streaming on this page, whichever tab asked for it. Offline,
+ * the socket keeps the stop and sends it first thing after it reconnects (before the resume).
+ */
+export function stopNewest() {
+  const all = streamingArticles();
+  const article = all[all.length - 1];
+  if (article) sendOrKeep(stopFrame(article.dataset.mid));
+}
+
+/**
+ * Paint now what is released but not painted yet. Called before an HTML frame may replace an
+ * answer, so what the answer showed while streaming is always everything released.
+ */
+export function paintNow() {
+  if (dirty.size) paint(Infinity);
+}
+
+function watchFor(mid) {
+  let watch = watches.get(mid);
+  if (!watch) {
+    // An answer going on (Continue) shows what it said so far; its chunks go on from there.
+    watch = new Watch(mid, Number(articleFor(mid)?.dataset.next) || 0);
+    watches.set(mid, watch);
+  }
+  return watch;
+}
+
+function forget(mid) {
+  const watch = watches.get(mid);
+  if (!watch) return;
+  clearTimeout(watch.gapTimer);
+  dirty.delete(watch);
+  watches.delete(mid);
+}
+
+// --- painting: linear in the answer's length, one DOM write per frame per answer ----------
+function queuePaint(watch) {
+  dirty.add(watch);
+  if (paintQueued) return;
+  paintQueued = true;
+  requestAnimationFrame(() => paint(PAINT_BUDGET_MS));
+}
+
+// A page that fell behind (a busy machine, a burst of blocks) catches up over several frames
+// instead of in one long task: blocks are placed until this much of the frame is spent.
+const PAINT_BUDGET_MS = 12;
+
+function paint(budget) {
+  paintQueued = false;
+  const stick = scroll.isNearBottom();
+  const deadline = performance.now() + budget;
+  const behind = [];
+  for (const watch of dirty) {
+    const article = articleFor(watch.mid);
+    if (article && article.dataset.status === "streaming" && paintWatch(watch, article, deadline)) {
+      behind.push(watch);
+    }
+  }
+  dirty.clear();
+  for (const watch of behind) queuePaint(watch);
+  if (stick) scroll.scrollToBottom();
+  else scroll.offerJump();
+}
+
+/** @returns {boolean} whether blocks are left for the next frame (the deadline passed) */
+function paintWatch(watch, article, deadline = Infinity) {
+  const ready = watch.live?.waiting.has(watch.live.placed);
+  if (!watch.pending.length && !watch.blocks.length && !ready) return false;
+  const live = liveFor(watch, article.querySelector(".body"));
+  // Blocks first: text they already cover is then skipped, not drawn and removed. Each is
+  // O(its size): the answer is never re-parsed while it streams.
+  const behind = live.addBlocks(watch.blocks, deadline);
+  watch.blocks.length = 0;
+  if (behind) return true; // the text waits for the blocks before it
+  if (watch.pending.length) live.addText(watch.pending.join(""));
+  watch.pending.length = 0;
+  return false;
+}
+
+/** The answer's LiveView, made for its body when it has none (or another body). */
+function liveFor(watch, body) {
+  if (!watch.live || watch.live.body !== body) {
+    watch.live = new LiveView(body);
+    scroll.keepBottomOf(body);
+  }
+  return watch.live;
+}

@@ -1,0 +1,160 @@
+"""The prompt box, used by hand on a desktop and on phones: what Return does on each device, and
+typing the next question while an answer streams."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.browser.browsing import (
+    DEVICES,
+    PHONES,
+    Frames,
+    answers,
+    press,
+    signed_in_context,
+    source_text,
+    wait_for_answer,
+    watch_for_errors,
+)
+from tests.servers import running_chatsite
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    # Slow enough that an answer of a few hundred tokens is still streaming while the test
+    # types; nothing waits for the whole of it (Stop ends it).
+    with running_chatsite(DEMO_TOKENS_PER_SECOND="40") as base:
+        yield base
+
+
+def open_page(browser: Browser, server: str, device: str) -> tuple[Page, Frames]:
+    context = signed_in_context(browser, server, **DEVICES[device])
+    page = context.new_page()
+    frames = Frames(page)
+    page.goto("/")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    return page, frames
+
+
+def test_on_a_desktop_enter_sends_and_shift_enter_makes_a_new_line(
+    browser: Browser, server: str
+) -> None:
+    page, _ = open_page(browser, server, "desktop")
+    box = page.locator("#prompt")
+    expect(box).to_have_attribute("enterkeyhint", "send")
+    expect(page.locator("#composer-keys")).to_have_text("Enter sends · Shift+Enter new line")
+    expect(page.locator("#empty-state [data-keys-hint]")).to_contain_text("Shift+Enter")
+    box.click()
+    page.keyboard.type("/echo line one")
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.type("line two")
+    expect(box).to_have_value("/echo line one\nline two")
+    expect(answers(page)).to_have_count(0)
+    page.keyboard.press("Enter")
+    answer = wait_for_answer(page, 1)
+    expect(answer).to_have_attribute("data-status", "complete")
+    assert source_text(answer) == "line one\nline two"
+    expect(box).to_have_value("")
+    page.context.close()
+
+
+@pytest.mark.parametrize("device", PHONES)
+def test_on_a_phone_return_makes_a_new_line_and_the_send_button_sends(
+    browser: Browser, server: str, device: str
+) -> None:
+    page, frames = open_page(browser, server, device)
+    errors = watch_for_errors(page)
+    box = page.locator("#prompt")
+    # The on-screen keyboard's Return key is labelled for a new line, and the page says so.
+    expect(box).to_have_attribute("enterkeyhint", "enter")
+    expect(page.locator("#composer-keys")).to_have_text("Return: new line · Send button sends")
+    expect(page.locator("#empty-state [data-keys-hint]")).to_contain_text(
+        "Return makes a new line; tap Send to send"
+    )
+    expect(page.locator("#empty-state [data-keys-hint]")).not_to_contain_text("Shift+Enter")
+    box.tap()
+    page.keyboard.type("/echo line one")
+    page.keyboard.press("Enter")  # the on-screen keyboard's Return
+    page.keyboard.type("line two")
+    expect(box).to_have_value("/echo line one\nline two")
+    expect(answers(page)).to_have_count(0)
+    assert frames.of_type("prompt", sent=True) == []
+
+    page.get_by_role("button", name="Send").tap()
+    answer = wait_for_answer(page, 1)
+    expect(answer).to_have_attribute("data-status", "complete")
+    assert source_text(answer) == "line one\nline two"
+    expect(box).to_have_value("")
+    assert errors == []
+    page.context.close()
+
+
+@pytest.mark.parametrize("device", ["desktop", *PHONES])
+def test_the_next_question_can_be_typed_while_an_answer_streams(
+    browser: Browser, server: str, device: str
+) -> None:
+    page, frames = open_page(browser, server, device)
+    errors = watch_for_errors(page)
+    touch = device != "desktop"
+    box = page.locator("#prompt")
+    bar = page.locator("#composer .composer-bar")  # the status line, the keys, badge, meter
+    press(page, box)
+    page.keyboard.type("/long 400")
+    idle_height = bar.bounding_box()["height"]  # type: ignore[index]
+    if touch:
+        page.get_by_role("button", name="Send").tap()
+    else:
+        page.keyboard.press("Enter")
+    answer = wait_for_answer(page, 1)
+    expect(answer).to_have_attribute("data-status", "streaming")
+    expect(box).to_have_value("")
+
+    # While it streams the box takes the next question, and the line under it says what
+    # Enter (or Send) does now.
+    press(page, box)
+    page.keyboard.type("/echo the next question")
+    expect(box).to_have_value("/echo the next question")
+    status = page.locator("#composer-status")
+    if touch:
+        expect(status).to_contain_text("Send works once this answer ends")
+        expect(page.get_by_role("button", name="Send")).to_be_disabled()
+    else:
+        expect(status).to_contain_text("Enter works when it ends · Esc stops")
+        # The whole line shows at 1280 px beside the badge, picker and meter (it was cut to
+        # "Enter sends it once this answer ends · …", losing Esc).
+        assert status.evaluate("e => e.scrollWidth <= e.clientWidth")
+        # Enter neither loses the text nor starts a second answer (the limits would refuse
+        # it): nothing is sent, the text stays.
+        page.keyboard.press("Enter")
+        expect(box).to_have_value("/echo the next question")
+    expect(answers(page)).to_have_count(1)
+    # The line under the box does not grow when an answer starts (the status replaces the
+    # keys on one line): the composer does not push the answer up.
+    assert bar.bounding_box()["height"] == pytest.approx(idle_height, abs=1)  # type: ignore[index]
+    assert len(frames.of_type("prompt", sent=True)) == 1
+    assert frames.of_type("error") == []
+    expect(answer).to_have_attribute("data-status", "streaming")
+
+    # Once the answer ends (stopped here, to keep the test short), the same box sends it.
+    press(page, page.get_by_role("button", name="Stop"))
+    expect(answer).to_have_attribute("data-status", "stopped")
+    expect(box).to_have_value("/echo the next question")
+    expect(page.locator("#composer-status")).to_be_empty()
+    assert bar.bounding_box()["height"] == pytest.approx(idle_height, abs=1)  # type: ignore[index]
+    if touch:
+        page.get_by_role("button", name="Send").tap()
+    else:
+        expect(box).to_be_focused()
+        page.keyboard.press("Enter")
+    second = wait_for_answer(page, 2)
+    expect(second).to_have_attribute("data-status", "complete")
+    assert source_text(second) == "the next question"
+    expect(box).to_have_value("")
+    assert frames.of_type("error") == []
+    assert errors == []
+    page.context.close()

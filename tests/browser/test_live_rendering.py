@@ -1,0 +1,221 @@
+"""Live rendering (issue 15), in Chromium: an answer looks finished while it streams and does not
+move when it ends — on a desktop and on phones.
+
+The demo model answers `/echo <markdown>` at 20 tokens/s. Before `done` the page must show the
+heading, bold words, three list items, a code block with its language label and a formula,
+rendered; after `done` each of those elements is the same element at the same place in the
+answer (±2 px), the reader's scroll position is kept, and a reload shows the same HTML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from tests.browser.browsing import (
+    DEVICES,
+    PHONES,
+    is_touch,
+    press,
+    send,
+    signed_in_context,
+    wait_for_answer,
+    watch_for_errors,
+)
+from tests.servers import running_chatsite
+
+pytestmark = pytest.mark.browser
+
+ANSWER = "\n".join(
+    [
+        "# Plan for the week",
+        "",
+        "Start with the **important** part, then the rest.",
+        "",
+        "- first item",
+        "- second item",
+        "- third item",
+        "",
+        "```python",
+        "def area(r):",
+        "    return 3.14 * r * r",
+        "```",
+        "",
+        "The area is $\\pi r^2$ for a circle.",
+        "",
+        "Some words after the formula so that the answer goes on streaming for a while, "
+        "long enough to look at it before it ends, and to type the next question meanwhile.",
+        "",
+        "The end of the answer comes after this last line of plain text.",
+    ]
+)
+
+# The elements to find before `done`, and their places relative to the answer's body.
+PLACES = """
+(article) => {
+  const body = article.querySelector(".body");
+  const top = body.getBoundingClientRect().top;
+  const left = body.getBoundingClientRect().left;
+  const found = {
+    heading: body.querySelector("h1"),
+    strong: body.querySelector("strong"),
+    item: body.querySelectorAll("li")[2],
+    pre: body.querySelector(".codeblock pre"),
+    label: body.querySelector(".codeblock .codeblock-lang"),
+    math: body.querySelector("math"),
+  };
+  const places = {};
+  for (const [name, el] of Object.entries(found)) {
+    if (!el) return null;
+    const box = el.getBoundingClientRect();
+    places[name] = [box.top - top, box.left - left, box.height];
+  }
+  window.__liveElements ||= found;  // the elements as first found, all of them
+  return {
+    places,
+    items: body.querySelectorAll("li").length,
+    label: found.label.textContent,
+    same: Object.entries(window.__liveElements).every(([k, el]) => el === found[k]),
+    scroll: document.getElementById("messages").scrollTop,
+    viewport: found.heading.getBoundingClientRect().top,
+  };
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with running_chatsite(DEMO_TOKENS_PER_SECOND="20", DEMO_TTFB_MS="0") as base:
+        yield base
+
+
+def close(a: list[float], b: list[float]) -> bool:
+    return all(abs(x - y) <= 2 for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("device", ["desktop", *PHONES])
+def test_markdown_renders_while_it_streams_and_nothing_moves_at_the_end(
+    browser: Browser, server: str, device: str
+) -> None:
+    context = signed_in_context(browser, server, **DEVICES[device])
+    page = context.new_page()
+    errors = watch_for_errors(page)
+    page.goto("/")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    send(page, "/echo " + ANSWER)
+    answer = wait_for_answer(page, 1)
+
+    # Before `done`: every element rendered (by the server's blocks), the answer still streams.
+    page.wait_for_function(f"(a) => ({PLACES})(a) !== null", arg=answer.element_handle())
+    before: dict[str, Any] = answer.evaluate(PLACES)
+    expect(answer).to_have_attribute("data-status", "streaming")
+    assert before["items"] == 3
+    assert before["label"] == "python"
+    body = answer.locator(".body")
+    assert "**" not in body.inner_text() and "```" not in body.inner_text()
+
+    # The reader scrolls up a little (if the thread can scroll): the page must not follow.
+    messages = page.locator("#messages")
+    page.evaluate(
+        "() => { const m = document.getElementById('messages');"
+        " m.scrollTop = Math.max(0, m.scrollHeight - m.clientHeight - 60); }"
+    )
+    page.wait_for_timeout(100)  # let the page see the scroll (its listener sets follow off)
+    before = answer.evaluate(PLACES)
+    scrolled_up = messages.evaluate("m => m.scrollHeight - m.clientHeight - m.scrollTop > 40")
+
+    # Meanwhile the next question can be typed.
+    box = page.locator("#prompt")
+    press(page, box)
+    page.keyboard.type("/echo and then?")
+    expect(box).to_have_value("/echo and then?")
+
+    expect(answer).to_have_attribute("data-status", "complete", timeout=30_000)
+    after: dict[str, Any] = answer.evaluate(PLACES)
+    assert after["same"], "an element rendered while streaming was replaced at the end"
+    for name, place in before["places"].items():
+        assert close(place, after["places"][name]), (name, place, after["places"][name])
+    if scrolled_up:
+        assert abs(after["scroll"] - before["scroll"]) <= 2
+        assert abs(after["viewport"] - before["viewport"]) <= 2
+    expect(box).to_have_value("/echo and then?")
+    live_html = body.inner_html()
+
+    # A reload shows the same HTML as the live tab (its copy buttons are the page's own).
+    page.reload()
+    reloaded = wait_for_answer(page, 1)
+    expect(reloaded).to_have_attribute("data-status", "complete")
+    assert reloaded.locator(".body").inner_html() == live_html
+    if not is_touch(page):
+        assert errors == []
+    context.close()
+
+
+def test_an_unclosed_code_fence_shows_as_a_code_block_that_grows(
+    browser: Browser, server: str
+) -> None:
+    code = "\n".join(f"const line{i} = {i} * 2;" for i in range(30))
+    context = signed_in_context(browser, server, **DEVICES["desktop"])
+    page = context.new_page()
+    errors = watch_for_errors(page)
+    page.goto("/")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    send(page, f"/echo Intro.\n\n```js\n{code}\n```\n\nDone.")
+    answer = wait_for_answer(page, 1)
+    # While the fence is open: the page's preview, a code block with its label, never "```".
+    growing = answer.locator(".live-tail .codeblock")
+    expect(growing.locator(".codeblock-lang")).to_have_text("js")
+    lines = "(el) => el.querySelector('.live-tail pre code')?.textContent.split('\\n').length || 0"
+    page.wait_for_function(f"(el) => ({lines})(el) > 3", arg=answer.element_handle())
+    first = answer.evaluate(lines)
+    page.wait_for_function(f"(el) => ({lines})(el) > {first + 2}", arg=answer.element_handle())
+    expect(answer).to_have_attribute("data-status", "streaming")
+    assert "```" not in answer.locator(".body").inner_text()
+    # Closed, it is the server's block: highlighted, with its label and a copy button.
+    expect(answer).to_have_attribute("data-status", "complete", timeout=30_000)
+    expect(answer.locator(".body .live-tail")).to_have_count(0)
+    expect(answer.locator(".codeblock code.language-javascript")).to_contain_text("line29")
+    expect(answer.locator(".codeblock .copy-code")).to_have_count(1)
+    assert errors == []
+    context.close()
+
+
+@pytest.mark.parametrize("device", ["desktop", "android"])
+def test_a_formula_in_a_list_still_being_written_shows_no_dollar_signs(
+    browser: Browser, server: str, device: str
+) -> None:
+    """New-user review: a list is one block, rendered when it ends; until then its formulas
+    showed as `$x_i^2 + \\frac{a}{b}$` for seconds. The open tail's preview shows them as
+    text (symbols, scripts, a/b) until the list's block brings their MathML."""
+    items = [f"- item {i} is $x_{i}^2 + \\frac{{a}}{{b}}$ with words after it" for i in range(12)]
+    context = signed_in_context(browser, server, **DEVICES[device])
+    page = context.new_page()
+    errors = watch_for_errors(page)
+    page.goto("/")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    send(page, "/echo " + "\n".join(["Squares:", "", *items, "", "$$", "\\sum_i x_i", "$$"]))
+    answer = wait_for_answer(page, 1)
+    preview = answer.locator(".live-tail li .math-preview")
+    expect(preview.nth(1)).to_be_visible()
+    expect(answer).to_have_attribute("data-status", "streaming")
+    # Every item whose line is complete (the last may still wait for its closing `$`, a
+    # second at most: a lone `$` is money until its closer comes).
+    done_items = answer.evaluate(
+        "a => [...a.querySelectorAll('.live-tail li')].slice(0, -1).map((li) => li.innerText)"
+    )
+    assert len(done_items) >= 1
+    for text in done_items:
+        assert "$" not in text and "\\frac" not in text, text
+    assert "a/b" in preview.first.inner_text()
+    expect(preview.first.locator("sup")).to_have_text("2")
+    # Done: the list's block brings real MathML, and the display formula too; no preview left.
+    expect(answer).to_have_attribute("data-status", "complete", timeout=30_000)
+    expect(answer.locator(".body .math-preview")).to_have_count(0)
+    expect(answer.locator(".body li math")).to_have_count(12)
+    assert "$" not in answer.locator(".body").inner_text()
+    if not is_touch(page):
+        assert errors == []
+    context.close()

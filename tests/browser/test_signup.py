@@ -1,0 +1,90 @@
+"""Signing up by hand, on a desktop and on phones: every field looks alike, and a weak password
+is refused with its reason under Password (where it was typed), then a good one gets in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.browser.browsing import (
+    DEVICES,
+    PASSWORD,
+    fill,
+    new_context,
+    unique_name,
+    use,
+    watch_for_errors,
+)
+from tests.servers import running_chatsite
+
+pytestmark = pytest.mark.browser
+
+# What makes a field look like the others: its shape, its border and its size.
+LOOKS = """(el) => {
+  const s = getComputedStyle(el), box = el.getBoundingClientRect();
+  return {radius: s.borderTopLeftRadius, border: s.borderTopWidth + " " + s.borderTopStyle + " "
+          + s.borderTopColor, padding: s.paddingLeft, height: box.height, width: box.width};
+}"""
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with running_chatsite() as base:
+        yield base
+
+
+def error_under(page: Page, label: str) -> str | None:
+    """The error shown between the field `label` and the next field's label (None: none)."""
+    text: str | None = page.get_by_label(label, exact=True).evaluate(
+        """(input) => {
+          for (let el = input.nextElementSibling; el && el.tagName !== "LABEL";
+               el = el.nextElementSibling) {
+            if (el.matches(".form-error")) return el.textContent;
+          }
+          return null;
+        }"""
+    )
+    return text
+
+
+@pytest.mark.parametrize("device", list(DEVICES))
+def test_the_fields_look_alike_and_a_weak_password_is_refused_under_password(
+    browser: Browser, server: str, device: str
+) -> None:
+    context = new_context(browser, server, **DEVICES[device])
+    page = context.new_page()
+    errors = watch_for_errors(page)
+    touch = device != "desktop"
+    page.goto("/accounts/signup/")
+
+    # The optional Email field is drawn like Username and the passwords (it was square, with
+    # a thin dark border and shorter, from a review).
+    looks = {
+        label: page.get_by_label(label, exact=True).evaluate(LOOKS)
+        for label in ("Username", "Email (optional)", "Password", "Password confirmation")
+    }
+    assert looks["Email (optional)"] == looks["Username"] == looks["Password"], looks
+
+    name = unique_name("signup")
+    fill(page, touch, "Username", name)
+    fill(page, touch, "Email (optional)", f"{name}@example.com")
+    fill(page, touch, "Password", "qwerty")  # too short and among the most common
+    fill(page, touch, "Password confirmation", "qwerty")
+    use(touch, page.get_by_role("button", name="Sign up"))
+    expect(page.get_by_role("alert").first).to_be_visible()
+    under_password = error_under(page, "Password")
+    assert under_password is not None and "too common" in under_password, under_password
+    assert "too short" in under_password
+    assert error_under(page, "Password confirmation") is None
+    # What was typed apart from the passwords is still there.
+    expect(page.get_by_label("Username", exact=True)).to_have_value(name)
+    expect(page.get_by_label("Email (optional)", exact=True)).to_have_value(f"{name}@example.com")
+
+    fill(page, touch, "Password", PASSWORD)
+    fill(page, touch, "Password confirmation", PASSWORD)
+    use(touch, page.get_by_role("button", name="Sign up"))
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    assert errors == []
+    context.close()

@@ -1,0 +1,54 @@
+"""The house's rules that import-linter does not check: room sizes and imports hidden in
+functions (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_LINES = 450
+
+
+def _python_modules() -> list[Path]:
+    return sorted(
+        path
+        for folder in ("chat", "chatsite")
+        for path in (ROOT / folder).rglob("*.py")
+        if "migrations" not in path.parts
+    )
+
+
+def test_no_python_module_or_page_script_is_over_450_lines() -> None:
+    scripts = sorted((ROOT / "static" / "chat").glob("*.js"))
+    too_long = {
+        str(path.relative_to(ROOT)): lines
+        for path in [*_python_modules(), *scripts]
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not too_long, f"split these rooms: {too_long}"
+
+
+def test_imports_inside_functions_are_few_and_each_says_why() -> None:
+    """An import inside a function hides a circle from a reader (and from the contracts'
+    reader too, when it is not made). Allowed: AppConfig.ready, and at most four others, each
+    with a comment right above or on its line saying why."""
+    hidden: list[str] = []
+    unexplained: list[str] = []
+    for path in _python_modules():
+        source = path.read_text(encoding="utf-8")
+        lines = source.splitlines()
+        for function in ast.walk(ast.parse(source)):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if function.name == "ready" and path.name == "apps.py":
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                    hidden.append(where)
+                    around = lines[node.lineno - 2 : node.lineno]
+                    if not any("#" in line for line in around):
+                        unexplained.append(where)
+    assert len(hidden) <= 4, hidden
+    assert not unexplained, f"say why each of these is inside a function: {unexplained}"

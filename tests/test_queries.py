@@ -1,0 +1,288 @@
+"""Query counts on the hot paths: starting a turn, finishing one, loading a conversation, the
+admin's user list. Each is a fixed number of statements, whatever the history or the page size.
+
+Exact counts, so a change that adds a statement to the path of every turn is seen and argued
+for (update the number in the same commit, with the reason).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from chat import conversations
+from chat.ids import new_message_id
+from chat.limits.plans import forget_cached_limits
+from chat.models import Conversation, Message, Plan, Quota
+from chat.protocol import Prompt, Regenerate
+from chat.tiers.policy import clear_policy_cache
+from chat.turns.start import _begin_exchange
+from chat.turns.turn import _save_answer
+from tests.conftest import session_key_for
+from tests.long_conversation import long_conversation
+
+
+def _conversation_with(user: Any, exchanges: int) -> Conversation:
+    conversation = Conversation.objects.create(user=user, title="history")
+    parent = None
+    for i in range(exchanges):
+        for role in (Message.Role.USER, Message.Role.ASSISTANT):
+            parent = Message.objects.create(
+                mid=new_message_id(conversation.shard),
+                conversation=conversation,
+                parent=parent,
+                role=role,
+                text=f"{role} {i} **bold**",
+                status=Message.Status.COMPLETE,
+            )
+    conversation.leaf = parent
+    conversation.save(update_fields=["leaf"])
+    return conversation
+
+
+def _count(run: Any) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        run()
+    return len(queries)
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_starting_a_turn_is_a_fixed_number_of_statements(owner: Any) -> None:
+    session = session_key_for(owner)
+    counts = []
+    for exchanges in (1, 20):
+        conversation = _conversation_with(owner, exchanges)
+        frame = Prompt(text="next question", conversation=str(conversation.id))
+        counts.append(
+            _count(lambda f=frame: _begin_exchange(f, owner.pk, session, model="m", tier="full"))
+        )
+    # The session check, then one transaction: BEGIN, the conversation, the user's custom
+    # instructions, the history (one query: a walk up from the leaf, in the database, that
+    # stops at the model's context), the prompt, the answer, the new leaf, COMMIT.
+    assert counts[0] == counts[1], "starting a turn must not grow with the history"
+    assert counts[0] == 9, counts
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_new_conversation_starts_without_reading_a_history(owner: Any) -> None:
+    session = session_key_for(owner)
+    frame = Prompt(text="first question")
+    count = _count(lambda: _begin_exchange(frame, owner.pk, session, model="m", tier="full"))
+    # The session, BEGIN, the custom instructions, 4 writes, COMMIT: no history is read.
+    assert count == 8, count
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_regeneration_does_not_grow_with_the_history(owner: Any) -> None:
+    session = session_key_for(owner)
+    counts = []
+    for exchanges in (1, 20):
+        conversation = _conversation_with(owner, exchanges)
+        answer = conversation.leaf
+        assert answer is not None
+        frame = Regenerate(mid=answer.mid)
+        counts.append(
+            _count(lambda f=frame: _begin_exchange(f, owner.pk, session, model="m", tier="full"))
+        )
+    assert counts[0] == counts[1], counts
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_finishing_a_turn_is_a_fixed_number_of_statements(owner: Any) -> None:
+    conversation = _conversation_with(owner, 1)
+    exchange = conversations.do_start_exchange(
+        owner.pk, str(conversation.id), "question", model="m", tier="full"
+    )
+    save = dict(
+        text="the **answer**",
+        status=Message.Status.COMPLETE,
+        error="",
+        chunk_count=2,
+        prompt_tokens=5,
+        completion_tokens=3,
+        usage_estimated=False,
+        ttft_ms=10,
+    )
+    first = _count(
+        lambda: _save_answer(exchange.answer.mid, save, usage=(owner.pk, "m", "full", 5, 3))
+    )
+    # Save (UPDATE) and read it back, the day's usage (an UPDATE that finds no row, then an
+    # INSERT in its own transaction the first time of the day), the answer's versions for
+    # its "2 / 3" arrows.
+    assert first == 7, first
+    exchange = conversations.do_start_exchange(
+        owner.pk, str(conversation.id), "again", model="m", tier="full"
+    )
+    later = _count(
+        lambda: _save_answer(exchange.answer.mid, save, usage=(owner.pk, "m", "full", 5, 3))
+    )
+    assert later == 4, later  # today's usage row exists now: one UPDATE, no transaction
+
+
+@pytest.mark.django_db
+def test_a_conversation_page_does_not_grow_with_its_history(owner: Any) -> None:
+    client = Client()
+    client.force_login(owner)
+    counts = []
+    for exchanges in (1, 25):
+        conversation = _conversation_with(owner, exchanges)
+        # The limits and the tier policy are cached for 2 s: start both measures cold.
+        forget_cached_limits()
+        clear_policy_cache()
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get(f"/c/{conversation.id}/")
+        assert response.status_code == 200
+        counts.append(len(queries))
+    assert counts[0] == counts[1], counts
+
+
+@pytest.mark.django_db
+def test_a_page_of_a_10000_message_conversation_is_a_fixed_number_of_statements(
+    owner: Any,
+) -> None:
+    """Issue 13, finding 17: the page walks the branch up from its leaf in the database and
+    reads only the window it shows."""
+    client = Client()
+    client.force_login(owner)
+    counts = []
+    for messages in (2, 10_000):
+        conversation = long_conversation(owner, messages)
+        forget_cached_limits()
+        clear_policy_cache()
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get(f"/c/{conversation.id}/")
+        assert response.status_code == 200
+        counts.append(len(queries))
+        # The window: one recursive query up from the leaf, one for its messages' versions.
+        walks = [q["sql"] for q in queries.captured_queries if "WITH RECURSIVE" in q["sql"]]
+        assert len(walks) == 1, walks
+    assert counts[0] == counts[1], counts
+    # The tier policy's rules, tiers and pickable models (cached 2 s, cold here), the session
+    # and its user, the user's quota and plan (for the tier and the meter), the user again
+    # (the plan's tier check), the conversation, the window (the walk up, the owner's votes,
+    # the versions), the sidebar.
+    assert counts[1] == 13, counts
+
+
+@pytest.mark.django_db
+def test_load_earlier_is_a_fixed_number_of_statements(owner: Any) -> None:
+    client = Client()
+    client.force_login(owner)
+    conversation = long_conversation(owner, 10_000)
+    before = Message.objects.filter(conversation=conversation).order_by("-id")[100]
+    forget_cached_limits()
+    clear_policy_cache()
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(f"/c/{conversation.id}/messages/", {"before": before.mid})
+    assert response.status_code == 200
+    # The tier policy's rules, tiers and pickable models (cached 2 s, cold here), the session
+    # and its user, the user's quota and plan, the user again (the plan's tier check), the
+    # conversation, the message, the window (the walk up, the owner's votes, the versions).
+    assert len(queries) == 13, [q["sql"][:80] for q in queries.captured_queries]
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_prompt_and_a_regeneration_in_a_10000_message_conversation(owner: Any) -> None:
+    """Both read a bounded history (a walk up that stops at the model's context) and render
+    only their new messages: as many statements as in a short conversation."""
+    session = session_key_for(owner)
+    counts = []
+    for messages in (2, 10_000):
+        conversation = long_conversation(owner, messages)
+        frame = Prompt(text="next question", conversation=str(conversation.id))
+        counts.append(
+            _count(lambda f=frame: _begin_exchange(f, owner.pk, session, model="m", tier="full"))
+        )
+        leaf = Message.objects.filter(conversation=conversation).order_by("-id")[2]
+        regenerate = Regenerate(mid=leaf.mid)
+        counts.append(
+            _count(
+                lambda f=regenerate: _begin_exchange(f, owner.pk, session, model="m", tier="full")
+            )
+        )
+    assert counts[:2] == counts[2:], counts
+    # A prompt: the session, BEGIN, the conversation, the custom instructions, the history,
+    # prompt, answer, leaf, COMMIT. A regeneration: the session, BEGIN, the answer, its
+    # prompt, the custom instructions, the history, the new answer, the leaf, COMMIT, then
+    # its versions for the "2 / 2" arrows.
+    assert counts[:2] == [9, 10], counts
+
+
+@pytest.mark.django_db
+def test_the_admin_user_list_does_not_grow_per_row(django_user_model: Any) -> None:
+    boss = django_user_model.objects.create_superuser("boss", password="boss-pass-123456")
+    client = Client()
+    client.force_login(boss)
+    gold = Plan.objects.create(name="Gold for the query test", daily_tokens=5000)
+    Plan.objects.filter(is_default=True).update(is_default=False)
+    Plan.objects.create(name="Default for the query test", daily_tokens=1000, is_default=True)
+
+    def users(n: int) -> int:
+        for i in range(n):
+            user = django_user_model.objects.create_user(f"u{n}-{i}", password="x-pass-123456")
+            if i % 2:
+                Quota.objects.create(user=user, plan=gold)
+        forget_cached_limits()  # both measures start cold (the caches live 2 s)
+        clear_policy_cache()
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get("/admin/auth/user/")
+        assert response.status_code == 200
+        return len(queries)
+
+    assert users(3) == users(30)
+
+
+@pytest.mark.django_db
+def test_the_conversation_list_is_a_fixed_number_of_statements(owner: Any) -> None:
+    """The sidebar (its date groups are laid in the browser from each item's date): one page of
+    conversations is one query, whatever the number of conversations, pinned or searched."""
+    client = Client()
+    client.force_login(owner)
+    client.get("/conversations/")  # warm: the first request reads the plan and the tiers
+
+    def listed(n: int, query: str) -> int:
+        Conversation.objects.filter(user=owner).delete()
+        for i in range(n):
+            Conversation.objects.create(user=owner, title=f"chat {i}", pinned=i % 7 == 0)
+        forget_cached_limits()
+        clear_policy_cache()
+        client.get("/conversations/")
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get(f"/conversations/{query}")
+        assert response.status_code == 200
+        return len(queries)
+
+    for query in ("", "?offset=50", "?q=chat"):
+        small, large = listed(3, query), listed(120, query)
+        assert small == large, (query, small, large)
+    # The session, the user (read twice: once by the async middleware's `auser()`, once by
+    # the view's `request.user`), the page of conversations.
+    count = listed(120, "")
+    assert count == 4, count
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_resolving_a_users_limits_is_two_statements(owner: Any, other_user: Any) -> None:
+    """On the admission's path at nearly every turn (its cache lasts 2 s): the user's quota,
+    then its plan and the default plan in one statement, with or without a quota."""
+    from chat.limits.plans import resolve_limits
+
+    pro = Plan.objects.create(name="Pro", rate_limit="99/minute", daily_tokens=5)
+    Quota.objects.create(user=owner, plan=pro, max_concurrent_streams=7)
+    with CaptureQueriesContext(connection) as queries:
+        limits = resolve_limits(owner.pk)
+    assert len(queries) == 2, queries
+    # The quota's own value first, then its plan's; the default plan under both.
+    assert (limits.plan, limits.rate, limits.daily_tokens, limits.max_streams) == (
+        "Pro",
+        "99/minute",
+        5,
+        7,
+    )
+    with CaptureQueriesContext(connection) as queries:
+        assert resolve_limits(other_user.pk).plan != "Pro"
+    assert len(queries) == 2, queries
