@@ -59,20 +59,23 @@ def _nest(depth: int, kind: str) -> str:
     return '{"a":' * depth + "1" + "}" * depth
 
 
-# Deep nesting: far past the JSON decoder's recursion limit, but inside the 1 MiB frame limit.
+# Deep nesting: far past the JSON decoder's recursion limit, but inside daphne's 1 MiB frame
+# limit (a dict level is 6 bytes: 170,000 levels and the widest wrapper are 1,020,050 bytes), so
+# a real daphne hands every one of them to the consumer. Frames over the cap are closed 1009 by
+# daphne itself: tests/test_daphne.py sends those on purpose.
+MAX_DEPTH = 170_000
+DEEP_WRAPPERS = [
+    "@",
+    '{"type": "prompt", "text": @}',
+    '{"type": "prompt", "text": "hi", "conversation": @}',
+    '{"type": @}',
+    '{"type": "resume", "mid": @, "after": 1}',
+]
 deep = st.builds(
     lambda depth, kind, wrap: wrap.replace("@", _nest(depth, kind)),
-    st.integers(min_value=1, max_value=200_000),
+    st.integers(min_value=1, max_value=MAX_DEPTH),
     st.sampled_from(["list", "dict"]),
-    st.sampled_from(
-        [
-            "@",
-            '{"type": "prompt", "text": @}',
-            '{"type": "prompt", "text": "hi", "conversation": @}',
-            '{"type": @}',
-            '{"type": "resume", "mid": @, "after": 1}',
-        ]
-    ),
+    st.sampled_from(DEEP_WRAPPERS),
 )
 # Well-formed prompts with random unicode text (whitespace-only ones must be refused).
 prompts = st.builds(
@@ -200,3 +203,16 @@ async def test_random_and_malformed_frames_never_crash_the_consumer(
     result = await receive_until_done(comm)
     assert result["text"] == "ok"
     assert result["done"]["status"] == "complete"
+
+
+def test_the_deepest_generated_frame_fits_under_daphnes_one_mib_cap() -> None:
+    """The real-daphne fuzz (test_security_fuzz_postgres.py) expects an answer or an error for
+    every frame; a frame over 1 MiB is closed 1009 by daphne before the consumer sees it."""
+    from tests.test_daphne import ONE_MIB
+
+    widest = max(
+        len(wrap.replace("@", _nest(MAX_DEPTH, kind)).encode())
+        for wrap in DEEP_WRAPPERS
+        for kind in ("list", "dict")
+    )
+    assert widest < ONE_MIB
