@@ -258,7 +258,9 @@ const PAINT_BUDGET_MS = 12;
 
 function paint(budget) {
   paintQueued = false;
-  const stick = scroll.isNearBottom();
+  // Whether the reader follows, not where the thread is: the blocks placed last frame may have
+  // grown by more than "near" since, and the thread must then still go to the bottom.
+  const stick = scroll.following();
   const deadline = performance.now() + budget;
   const behind = [];
   for (const watch of dirty) {

@@ -6,20 +6,32 @@ const NEAR_BOTTOM_PX = 48;
 const jumpButton = document.getElementById("jump");
 
 let followBottom = true;
+// Where this script last put the thread (or where the last scroll event found it).
+let lastTop = 0;
+
+/** Scroll the thread to `top`, remembering where the script put it. */
+function scrollTo(top) {
+  messages.scrollTop = top;
+  lastTop = messages.scrollTop; // clamped to what the thread allows
+}
 
 export function start() {
   messages.addEventListener("scroll", () => {
-    // Auto-scroll pauses while the reader scrolls up, and resumes at the bottom.
-    followBottom = isNearBottom();
+    // Auto-scroll pauses when the reader scrolls up, and resumes at the bottom. Only a move
+    // up counts: a scroll event of this script's own scroll to the bottom can arrive after
+    // more text was added, when the thread is no longer near its bottom, and must not read as
+    // the reader leaving it (the thread then stopped short of the answer's end).
+    const top = messages.scrollTop;
+    if (isNearBottom()) followBottom = true;
+    else if (top < lastTop) followBottom = false;
+    lastTop = top;
     if (followBottom) jumpButton.hidden = true;
   });
   // The thread gets shorter when an alert appears by the prompt box, the box grows a line or
   // a phone's keyboard opens: a reader at the bottom stays there, instead of the newest lines
   // sliding out of view under the alert.
   new ResizeObserver(() => {
-    if (followBottom && messages.querySelector("article")) {
-      messages.scrollTop = messages.scrollHeight;
-    }
+    if (followBottom && messages.querySelector("article")) scrollTo(messages.scrollHeight);
   }).observe(messages);
 }
 
@@ -31,7 +43,7 @@ const bottomKeeper = new ResizeObserver((entries) => {
   for (const entry of entries) {
     if (!entry.target.isConnected) bottomKeeper.unobserve(entry.target);
   }
-  if (followBottom) messages.scrollTop = messages.scrollHeight;
+  if (followBottom) scrollTo(messages.scrollHeight);
 });
 
 /** Keep the thread at the bottom, while it follows the bottom, when `element` changes size. */
@@ -39,14 +51,14 @@ export function keepBottomOf(element) {
   bottomKeeper.observe(element);
 }
 
-export function isNearBottom() {
+function isNearBottom() {
   return messages.scrollHeight - messages.scrollTop - messages.clientHeight < NEAR_BOTTOM_PX;
 }
 
 export function scrollToBottom() {
   // The first screen (no message yet) has no newest text: it opens at its heading, which on a
   // phone is taller than the screen.
-  messages.scrollTop = messages.querySelector("article") ? messages.scrollHeight : 0;
+  scrollTo(messages.querySelector("article") ? messages.scrollHeight : 0);
   jumpButton.hidden = true;
 }
 
@@ -72,7 +84,7 @@ export function offerJump() {
  * @param {number} top
  */
 export function keepInPlace(element, top) {
-  messages.scrollTop += element.getBoundingClientRect().top - top;
+  scrollTo(messages.scrollTop + element.getBoundingClientRect().top - top);
   followBottom = isNearBottom();
   jumpButton.hidden = true;
 }
