@@ -71,15 +71,23 @@ class Window:
     earlier: str = ""
 
 
-def rendered_html(message: Message) -> str:
+def rendered_html(message: Message, *, store: bool = True) -> str:
     """A finished answer as sanitised HTML (as stored when it ended); empty for prompts and
-    streaming answers. Only an answer saved before its HTML was stored is rendered here."""
+    streaming answers. An answer not rendered yet (NULL: saved before its HTML was stored, or
+    its rendering failed) is rendered here and stored (`store=False`: the caller stores it),
+    so it is rendered once, not per page load; "" is stored HTML like any other (an answer
+    that renders to nothing, issue 19's review, finding 1)."""
     finished = message.role == Message.Role.ASSISTANT and message.status != Message.Status.STREAMING
     if not finished:
         return ""
-    if message.html or not message.text:
+    if message.html is not None:
         return message.html
-    return render_markdown(message.text)
+    rendered = render_markdown(message.text) if message.text else ""
+    message.html = rendered
+    if store:
+        # Only where it is still not rendered: a turn that finished meanwhile wrote its own.
+        Message.objects.filter(pk=message.pk, html__isnull=True).update(html=rendered)
+    return rendered
 
 
 def _leaf_sql(conversation: Conversation) -> tuple[str, tuple[Any, ...]]:
@@ -127,6 +135,16 @@ def entries_of(
         votes = Feedback.objects.filter(user_id=votes_of)
         prefetch_related_objects(path, Prefetch("feedback", votes, to_attr="votes"))
     versions = _versions(path[0].conversation_id, {m.parent_id for m in path})
+    # Answers not rendered yet are rendered here once and stored in one statement for all.
+    unrendered = [m for m in path if render and m.html is None]
+    for m in unrendered:
+        rendered_html(m, store=False)
+    unrendered = [m for m in unrendered if m.html is not None]  # prompts, streaming: not now
+    if len(unrendered) == 1:  # one statement, no transaction (an answer's final frame)
+        m = unrendered[0]
+        Message.objects.filter(pk=m.pk, html__isnull=True).update(html=m.html)
+    elif unrendered:
+        Message.objects.bulk_update(unrendered, ["html"])
     entries = []
     for m in path:
         mids = versions.get((m.parent_id, m.role), [m.mid])

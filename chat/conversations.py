@@ -264,7 +264,7 @@ def do_finish_message(
     mid: str,
     *,
     text: str,
-    html: str = "",
+    html: str | None = None,
     status: str,
     error: str,
     chunk_count: int,

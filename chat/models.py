@@ -122,9 +122,12 @@ class Message(models.Model):
     text = models.TextField(blank=True, default="")
     # A finished answer as sanitised HTML, rendered once when it ended (by the turn, or by the
     # reaper for an answer whose turn died): resumes, page loads and other tabs serve it as it
-    # is instead of rendering the markdown again. Empty with a text: not rendered yet (saved
-    # before this field existed), so it is rendered when shown.
-    html = models.TextField(blank=True, default="")
+    # is instead of rendering the markdown again. NULL: not rendered (a prompt, an answer still
+    # streaming, or one whose rendering failed), so it is rendered when first shown and stored
+    # then. "" is an answer rendered to nothing (e.g. only link reference definitions): shown
+    # as it is, never rendered again (issue 19's review, finding 1).
+    # Two "no HTML"s must differ here, so NULL is meant (DJ001 asks for one empty value).
+    html = models.TextField(null=True, blank=True, default=None)  # noqa: DJ001
     status = models.CharField(
         max_length=16, choices=Status.choices, default=Status.COMPLETE, db_index=True
     )

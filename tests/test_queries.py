@@ -99,6 +99,7 @@ def test_finishing_a_turn_is_a_fixed_number_of_statements(owner: Any) -> None:
     )
     save = dict(
         text="the **answer**",
+        html="<p>the <strong>answer</strong></p>\n",  # rendered off the ORM thread, as a turn does
         status=Message.Status.COMPLETE,
         error="",
         chunk_count=2,

@@ -22,14 +22,15 @@ def clamp_tokens(count: int) -> int:
     return min(max(0, count), MAX_TOKENS_COUNTED)
 
 
-async def render_off_thread(mid: str, text: str) -> str:
+async def render_off_thread(mid: str, text: str) -> str | None:
     """Render the finished answer in a worker thread: pure CPU, so not on the one thread that
-    serves every socket's database work. Empty if it fails (it is then rendered when shown)."""
+    serves every socket's database work. None if it fails (saved as not rendered, it is then
+    rendered when shown)."""
     try:
         return await sync_to_async(fragments.answer_html, thread_sensitive=False)(text)
     except Exception:
         log.exception("turn %s could not render its answer", mid)
-        return ""
+        return None
 
 
 def save_answer(

@@ -338,7 +338,7 @@ class Turn:
             if self.on_end is not None:
                 self.on_end(self)
 
-    async def _render_rest(self, text: str) -> tuple[str, int | None]:
+    async def _render_rest(self, text: str) -> tuple[str | None, int | None]:
         """Send the last blocks; the answer's HTML and, when it is exactly its blocks joined,
         how many (the page then keeps what it rendered live: nothing moves at the end)."""
         await self._blocks.finish()
@@ -372,7 +372,7 @@ class Turn:
         )
 
     async def _save(
-        self, text: str, status: str, error: str, usage: Usage, html: str, blocks: int | None
+        self, text: str, status: str, error: str, usage: Usage, html: str | None, blocks: int | None
     ) -> tuple[str | None, bool]:
         """One trip to the ORM thread: save the answer (with its HTML), record its usage, and
         make its final frame (None: nothing to show); True when the answer is gone (its
