@@ -3,13 +3,17 @@ branch of every conversation, their settings) as JSON, and the snapshot a shared
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 from chat.branches import thread
+from chat.json_pieces import Items
 from chat.models import Conversation, Feedback, Message, Preferences
 
 FORMAT_VERSION = 1
@@ -46,19 +50,77 @@ def message_record(m: Message, parent: str | None = None) -> dict[str, Any]:
     return record
 
 
+# How many messages (full rows) and conversations an export holds at a time: it is written as
+# it is read, so its memory does not grow with the person's data (issue 19's review, finding 2).
+MESSAGES_AT_ONCE = 200
+CONVERSATIONS_AT_ONCE = 20
+
+
+@dataclass(frozen=True)
+class Outline:
+    """A conversation's messages without their texts: enough to find the branch on show and each
+    message's parent id, and to read the rows a batch at a time. Created order."""
+
+    ids: list[int]
+    mids: dict[int, str]
+    parents: dict[int, int | None]
+
+    def branch_on_show(self, leaf_id: int | None) -> list[int]:
+        """The ids of the branch the page shows, root first (as branches.thread walks it)."""
+        if not self.ids:
+            return []
+        node: int | None = leaf_id if leaf_id in self.mids else self.ids[-1]
+        path = []
+        while node is not None:
+            path.append(node)
+            node = self.parents.get(node)
+        return path[::-1]
+
+
+def _outlines(conversation_ids: list[Any]) -> dict[Any, Outline]:
+    """The outlines of these conversations, in one query."""
+    outlines = {cid: Outline([], {}, {}) for cid in conversation_ids}
+    rows = (
+        Message.objects.filter(conversation_id__in=conversation_ids)
+        .order_by("created_at", "id")
+        .values_list("id", "conversation_id", "parent_id", "mid")
+    )
+    for pk, cid, parent_id, mid in rows:
+        outline = outlines[cid]
+        outline.ids.append(pk)
+        outline.mids[pk] = mid
+        outline.parents[pk] = parent_id
+    return outlines
+
+
+def _rows(model: Any, ids: list[Any], size: int) -> Iterator[Any]:
+    """The rows of these ids in this order, read `size` at a time (None for one deleted since)."""
+    for start in range(0, len(ids), size):
+        batch = ids[start : start + size]
+        found = {row.pk: row for row in model.objects.filter(pk__in=batch).order_by()}
+        yield from (found.get(pk) for pk in batch)
+
+
 def conversation_record(
-    conversation: Conversation, *, every_branch: bool = False
+    conversation: Conversation,
+    outline: Outline,
+    rows: Iterator[Message | None],
+    *,
+    every_branch: bool = False,
 ) -> dict[str, Any]:
     """The conversation, its settings (the model picked for it, its system prompt) and its
     branch on show (the messages the page shows), root first. `every_branch`: the messages
     are all of them, every version of every answer and edit, oldest first, and
-    `branch_on_show` lists the ids of the ones the page shows."""
-    on_show = [e.message for e in thread(conversation)]
-    everything = list(conversation.messages.all())  # prefetched by the account export
-    mids = {m.pk: m.mid for m in everything}
+    `branch_on_show` lists the ids of the ones the page shows. The messages are drawn from
+    `rows` (the full rows of `exported_ids`, in order) as they are written."""
+    on_show = outline.branch_on_show(conversation.leaf_id)
+    count = len(outline.ids) if every_branch else len(on_show)
 
-    def exported(messages: list[Message]) -> list[dict[str, Any]]:
-        return [message_record(m, mids.get(m.parent_id) if m.parent_id else None) for m in messages]
+    def exported() -> Iterator[dict[str, Any]]:
+        for m in islice(rows, count):
+            if m is not None:
+                parent = outline.mids.get(m.parent_id) if m.parent_id else None
+                yield message_record(m, parent)
 
     record = {
         "id": str(conversation.id),
@@ -68,20 +130,29 @@ def conversation_record(
         "system_prompt": conversation.system_prompt,
         "created_at": _time(conversation.created_at),
         "updated_at": _time(conversation.updated_at),
-        "messages": exported(on_show),
+        "messages": Items(exported()),
     }
     if every_branch:
-        record["messages"] = exported(sorted(everything, key=lambda m: (m.created_at, m.pk)))
-        record["branch_on_show"] = [m.mid for m in on_show]
+        record["branch_on_show"] = [outline.mids[pk] for pk in on_show]
     return record
 
 
+def exported_ids(conversation: Conversation, outline: Outline, *, every_branch: bool) -> list[int]:
+    return outline.ids if every_branch else outline.branch_on_show(conversation.leaf_id)
+
+
 def conversation_document(conversation: Conversation) -> dict[str, Any]:
+    """`/c/<id>/export.json`: written as it is read (json_pieces), its messages a batch at a
+    time, however long the conversation."""
+    outline = _outlines([conversation.pk])[conversation.pk]
+    ids = exported_ids(conversation, outline, every_branch=False)
     return {
         "format": "chatsite.conversation",
         "version": FORMAT_VERSION,
         "exported_at": _time(timezone.now()),
-        "conversation": conversation_record(conversation),
+        "conversation": conversation_record(
+            conversation, outline, _rows(Message, ids, MESSAGES_AT_ONCE)
+        ),
     }
 
 
@@ -115,12 +186,43 @@ def conversation_markdown(conversation: Conversation) -> str:
     return "\n".join(lines)
 
 
+def _every_conversation(user_id: int) -> Iterator[dict[str, Any]]:
+    """Each of the person's conversations with every branch, CONVERSATIONS_AT_ONCE at a time
+    (their outlines in one query), their messages MESSAGES_AT_ONCE at a time."""
+    ids = list(Conversation.objects.filter(user_id=user_id).values_list("pk", flat=True))
+    for start in range(0, len(ids), CONVERSATIONS_AT_ONCE):
+        batch = ids[start : start + CONVERSATIONS_AT_ONCE]
+        found = {c.pk: c for c in Conversation.objects.filter(pk__in=batch).order_by()}
+        conversations = [found[pk] for pk in batch if pk in found]
+        outlines = _outlines([c.pk for c in conversations])
+        message_ids = [
+            pk for c in conversations for pk in exported_ids(c, outlines[c.pk], every_branch=True)
+        ]
+        rows = _rows(Message, message_ids, MESSAGES_AT_ONCE)
+        for c in conversations:
+            yield conversation_record(c, outlines[c.pk], rows, every_branch=True)
+
+
+def _every_vote(user_id: int) -> Iterator[dict[str, Any]]:
+    ids = list(Feedback.objects.filter(user_id=user_id).values_list("pk", flat=True))
+    for start in range(0, len(ids), MESSAGES_AT_ONCE):
+        batch = ids[start : start + MESSAGES_AT_ONCE]
+        votes = Feedback.objects.filter(pk__in=batch).select_related("message").order_by()
+        found = {f.pk: f for f in votes}
+        for f in (found[pk] for pk in batch if pk in found):
+            yield {
+                "message": f.message.mid,
+                "vote": f.vote,
+                "comment": f.comment,
+                "updated_at": _time(f.updated_at),
+            }
+
+
 def account_document(user: AbstractBaseUser, user_id: int) -> dict[str, Any]:
     """Everything of a person's: the account, their custom instructions, every conversation
-    (its settings and every branch) and their feedback. A fixed number of queries, however
-    many conversations."""
-    conversations = Conversation.objects.filter(user_id=user_id).prefetch_related("messages")
-    feedback = Feedback.objects.filter(user_id=user_id).select_related("message")
+    (its settings and every branch) and their feedback. Written as it is read (json_pieces):
+    a bounded number of conversations and messages in memory at a time, and a number of
+    queries that grows with the batches, not with each conversation."""
     instructions = (
         Preferences.objects.filter(user_id=user_id).values_list("instructions", flat=True).first()
     )
@@ -134,16 +236,8 @@ def account_document(user: AbstractBaseUser, user_id: int) -> dict[str, Any]:
             "date_joined": _time(getattr(user, "date_joined", None)),
         },
         "settings": {"instructions": instructions or ""},
-        "conversations": [conversation_record(c, every_branch=True) for c in conversations],
-        "feedback": [
-            {
-                "message": f.message.mid,
-                "vote": f.vote,
-                "comment": f.comment,
-                "updated_at": _time(f.updated_at),
-            }
-            for f in feedback
-        ],
+        "conversations": Items(_every_conversation(user_id)),
+        "feedback": Items(_every_vote(user_id)),
     }
 
 

@@ -3,12 +3,15 @@ read-only snapshot at `/s/<token>/` that anyone with the link can read."""
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.core.handlers.asgi import ASGIRequest
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -22,6 +25,8 @@ from chat.exports import (
     conversation_markdown,
     snapshot_of,
 )
+from chat.json_pieces import chunks, pieces
+from chat.limits.exports import ExportSlot, take_export_slot
 from chat.models import Conversation, SharedConversation
 
 # secrets.token_urlsafe(32): 43 characters of [A-Za-z0-9_-]. Anything else is not looked up.
@@ -56,27 +61,100 @@ def export_markdown(request: HttpRequest, conversation_id: str) -> HttpResponse:
     )
 
 
+# A second export while one runs: the person's own, so the message says what to do.
+EXPORT_BUSY = (
+    "An export of yours is still being prepared. Wait until it has downloaded, then try again."
+)
+
+
+class _Streamed:
+    """An export's JSON as it is written; gives its slot back when the writing ends or when the
+    response is closed (Django closes it however the download ends, even unread)."""
+
+    def __init__(self, document: dict[str, Any], slot: ExportSlot) -> None:
+        self._chunks = chunks(pieces(document))
+        self._slot = slot
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._chunks
+        finally:
+            self._slot.release()
+
+    def next_chunk(self) -> bytes | None:
+        return next(self._chunks, None)
+
+    def close(self) -> None:
+        self._slot.release()
+
+
+class _ASGIStreamed:
+    """The same under ASGI, where Django would read a plain iterator whole into a list: each
+    chunk is written on the ORM thread instead, one hop per chunk."""
+
+    def __init__(self, body: _Streamed) -> None:
+        self._body = body
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        step = sync_to_async(self._body.next_chunk, thread_sensitive=True)
+        try:
+            while (chunk := await step()) is not None:
+                yield chunk
+        finally:
+            self._body.close()
+
+    def close(self) -> None:
+        self._body.close()
+
+
+def _stream(
+    request: HttpRequest, document: dict[str, Any], slot: ExportSlot, name: str
+) -> StreamingHttpResponse:
+    body = _Streamed(document, slot)
+    content: Any = _ASGIStreamed(body) if isinstance(request, ASGIRequest) else body
+    response = StreamingHttpResponse(content, content_type="application/json")
+    response["Content-Disposition"] = content_disposition_header(True, name)
+    response["Cache-Control"] = "private, no-store"
+    return response
+
+
+def _busy() -> HttpResponse:
+    response = HttpResponse(EXPORT_BUSY, status=429, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = "10"
+    return response
+
+
 @login_required
 @require_GET
-def export_json(request: HttpRequest, conversation_id: str) -> HttpResponse:
+def export_json(request: HttpRequest, conversation_id: str) -> HttpResponse | StreamingHttpResponse:
     conversation = _own(request, conversation_id)
-    return _download(
-        json.dumps(conversation_document(conversation), ensure_ascii=False, indent=2),
-        "application/json",
-        _filename(conversation, "json"),
-    )
+    slot = take_export_slot(conversation.user_id)
+    if slot is None:
+        return _busy()
+    try:
+        document = conversation_document(conversation)
+    except BaseException:
+        slot.release()
+        raise
+    return _stream(request, document, slot, _filename(conversation, "json"))
 
 
 @login_required
 @require_GET
-def export_account(request: HttpRequest) -> HttpResponse:
-    """`GET /settings/export.json`: every conversation and vote of the person asking."""
-    document = account_document(request.user, int(request.user.pk or 0))  # type: ignore[arg-type]
-    return _download(
-        json.dumps(document, ensure_ascii=False, indent=2),
-        "application/json",
-        f"chatsite-{request.user.get_username()}-{timezone.now():%Y-%m-%d}.json",
-    )
+def export_account(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """`GET /settings/export.json`: every conversation and vote of the person asking, streamed
+    (a bounded part of it in memory at a time), one at a time per person."""
+    user_id = int(request.user.pk or 0)
+    slot = take_export_slot(user_id)
+    if slot is None:
+        return _busy()
+    try:
+        document = account_document(request.user, user_id)  # type: ignore[arg-type]
+    except BaseException:
+        slot.release()
+        raise
+    name = f"chatsite-{request.user.get_username()}-{timezone.now():%Y-%m-%d}.json"
+    return _stream(request, document, slot, name)
 
 
 @login_required

@@ -255,6 +255,10 @@ except ValueError:
     ) from None
 # How often one user may have a finished answer sent again (`resume` of an answer that has
 # ended: its whole final HTML), across their tabs and every instance.
+# Exports (/settings/export.json, /c/<id>/export.json) running at once, per user and per
+# instance; over either, 429 (chat/limits/exports.py).
+CHAT_EXPORTS_PER_USER = envint("CHAT_EXPORTS_PER_USER", 1, minimum=1)
+CHAT_EXPORTS_PER_INSTANCE = envint("CHAT_EXPORTS_PER_INSTANCE", 4, minimum=1)
 CHAT_RESUME_RATE = envstr("CHAT_RESUME_RATE", "120/minute")
 try:
     parse_many(CHAT_RESUME_RATE)

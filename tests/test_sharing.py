@@ -45,6 +45,13 @@ def exchange(user: Any, title: str = "Rainbows", answer: str = "Light **bends**.
     return conversation
 
 
+def body(response: Any) -> bytes:
+    """A download's bytes: the JSON exports stream (issue 19's review, finding 2)."""
+    if response.streaming:
+        return b"".join(response.streaming_content)
+    return bytes(response.content)
+
+
 def logged_in(user: Any) -> Client:
     client = Client()
     client.force_login(user)
@@ -78,7 +85,7 @@ def test_json_export_has_model_tier_times_and_usage_per_message(owner: Any) -> N
     assert response.status_code == 200
     assert response["Content-Type"] == "application/json"
     assert "attachment" in response["Content-Disposition"]
-    document = json.loads(response.content)
+    document = json.loads(body(response))
     exported = document["conversation"]
     assert exported["id"] == str(conversation.id) and exported["title"] == "Rainbows"
     prompt, answer = exported["messages"]
@@ -97,11 +104,12 @@ def test_the_account_export_holds_every_conversation_and_vote_in_fixed_queries(
         Conversation.objects.filter(user=owner).delete()
         for i in range(n):
             exchange(owner, title=f"mine {i}")
-        client.get("/settings/export.json")  # warm: the first request reads the plan and tiers
+        body(client.get("/settings/export.json"))  # warm: the first reads the plan and tiers
         with CaptureQueriesContext(connection) as queries:
             response = client.get("/settings/export.json")
+            document = json.loads(body(response))  # the queries run as it streams
         counts.append(len(queries))
-        assert len(json.loads(response.content)["conversations"]) == n
+        assert len(document["conversations"]) == n
     assert counts[0] == counts[1], counts  # not a query per conversation
     exchange(other_user, title="their secret")
     answer = Message.objects.filter(conversation__user=owner, role="assistant").first()
@@ -109,9 +117,10 @@ def test_the_account_export_holds_every_conversation_and_vote_in_fixed_queries(
     Feedback.objects.create(message=answer, user=owner, vote="down", comment="meh")
     response = client.get("/settings/export.json")
     assert "attachment" in response["Content-Disposition"]
-    document = json.loads(response.content)
+    text = body(response).decode()
+    document = json.loads(text)
     assert document["user"]["username"] == "owner"
-    assert "their secret" not in response.content.decode()
+    assert "their secret" not in text
     assert document["feedback"][0]["comment"] == "meh"
     assert Client().get("/settings/export.json").status_code == 302  # to the login
 
@@ -137,7 +146,7 @@ def test_the_account_export_holds_every_branch_the_instructions_and_each_chats_s
     )
     conversations.do_switch_version(owner.pk, str(conversation.id), first.mid)
 
-    document = json.loads(client.get("/settings/export.json").content)
+    document = json.loads(body(client.get("/settings/export.json")))
     assert document["settings"] == {"instructions": "Answer in French."}
     [exported] = document["conversations"]
     assert exported["system_prompt"] == "Be brief." and exported["model"] == "demo-lite"
@@ -150,7 +159,7 @@ def test_the_account_export_holds_every_branch_the_instructions_and_each_chats_s
     assert exported["branch_on_show"] == [prompt["id"], first.mid]
     assert set(exported["branch_on_show"]) <= set(by_id)
     # A conversation's own export stays the branch on show.
-    own = json.loads(client.get(f"/c/{conversation.id}/export.json").content)["conversation"]
+    own = json.loads(body(client.get(f"/c/{conversation.id}/export.json")))["conversation"]
     assert [m["id"] for m in own["messages"]] == exported["branch_on_show"]
     assert own["system_prompt"] == "Be brief."
 
