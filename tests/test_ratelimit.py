@@ -346,8 +346,9 @@ async def test_a_third_stream_is_refused_when_two_are_allowed(make_limiter: Make
         "You already have 2 answers streaming. You can send this when one of them ends, "
         "or stop one first."
     )
-    # The wait lasts until an answer ends: no countdown can be promised, so none is given.
-    assert (refusal.retry_after, refusal.reset_at) == (None, None)
+    # The wait lasts until an answer ends: no moment can be promised, only the least wait (the
+    # contract's retry_after) and what to wait for.
+    assert (refusal.retry_after, refusal.reset_at) == (1, None)
     assert refusal.retry_when == "stream_ends"
 
 

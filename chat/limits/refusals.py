@@ -14,8 +14,11 @@ from chat.limits.rates import describe_rate, human_duration, next_utc_midnight
 RejectionCode = Literal["rate_limited", "quota_exceeded", "too_many_streams"]
 
 UNAVAILABLE_RETRY_AFTER = 5
-# What a refusal at the stream cap waits for: an answer to end, not a time (no retry_after).
+# What a refusal at the stream cap waits for: an answer to end, not a time. The contract gives
+# every limited prompt a `retry_after`; here it is the least wait (an answer may end any moment),
+# and `retry_when` tells a page not to count down to it.
 WHEN_A_STREAM_ENDS = "stream_ends"
+STREAM_RETRY_AFTER = 1
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ def streams(cap: int) -> Rejection:
     return Rejection(
         code="too_many_streams",
         message=message,
-        retry_after=None,
+        retry_after=STREAM_RETRY_AFTER,
         reset_at=None,
         retry_when=WHEN_A_STREAM_ENDS,
     )
