@@ -1,9 +1,10 @@
-"""Forms: signup, renaming a conversation, and the conversation list's search and paging."""
+"""Forms: signup, setting a new password, renaming a conversation, and the conversation list's
+search and paging."""
 
 from __future__ import annotations
 
 from django import forms
-from django.contrib.auth.forms import UserCreationForm
+from django.contrib.auth.forms import PasswordChangeForm, SetPasswordForm, UserCreationForm
 from django.contrib.auth.models import User
 from django.core.exceptions import BadRequest
 
@@ -26,6 +27,22 @@ class SignupForm(UserCreationForm):
         kwargs.setdefault("password_field_name", "password1")
         # Django 5.1's SetPasswordMixin hook, which django-stubs does not declare yet.
         super().validate_password_for_user(user, **kwargs)  # type: ignore[misc]
+
+
+class ChangePasswordForm(PasswordChangeForm):
+    """Django's password change, with a weak new password's error under New password (where it
+    was typed), as signup does, not under its confirmation. Django's clean() passes the field
+    name positionally: whatever it passes, the error goes to the first field."""
+
+    def validate_password_for_user(self, user: User, *args: object, **kwargs: object) -> None:
+        super().validate_password_for_user(user, password_field_name="new_password1")
+
+
+class NewPasswordForm(SetPasswordForm):
+    """Django's new password from a reset link, its weak password's error placed the same way."""
+
+    def validate_password_for_user(self, user: User, *args: object, **kwargs: object) -> None:
+        super().validate_password_for_user(user, password_field_name="new_password1")
 
 
 class RenameForm(forms.Form):

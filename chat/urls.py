@@ -4,6 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
 from chat import accounts, feedback, settings_views, sharing, views, webapp
+from chat.forms import ChangePasswordForm, NewPasswordForm
 from chat.ops import health, metrics_view
 
 app_name = "chat"
@@ -41,7 +42,7 @@ urlpatterns = [
     path(
         "accounts/password_change/",
         auth_views.PasswordChangeView.as_view(
-            success_url=reverse_lazy("chat:password_change_done")
+            form_class=ChangePasswordForm, success_url=reverse_lazy("chat:password_change_done")
         ),
         name="password_change",
     ),
@@ -63,7 +64,7 @@ urlpatterns = [
     path(
         "accounts/reset/<uidb64>/<token>/",
         auth_views.PasswordResetConfirmView.as_view(
-            success_url=reverse_lazy("chat:password_reset_complete")
+            form_class=NewPasswordForm, success_url=reverse_lazy("chat:password_reset_complete")
         ),
         name="password_reset_confirm",
     ),

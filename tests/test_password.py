@@ -76,6 +76,13 @@ def test_a_reset_link_by_email_sets_a_new_password_once(owner: Any) -> None:
     assert link, message.body
     form = client.get(link.group(1), follow=True)
     assert "Choose a new password" in form.content.decode()
+    # A weak password is refused, its reasons filed under the new password, not its confirmation.
+    weak = client.post(
+        form.redirect_chain[-1][0], {"new_password1": "qwerty", "new_password2": "qwerty"}
+    )
+    assert weak.status_code == 200
+    assert "too common" in " ".join(weak.context["form"].errors["new_password1"])
+    assert "new_password2" not in weak.context["form"].errors
     done = client.post(form.redirect_chain[-1][0], {"new_password1": NEW, "new_password2": NEW})
     assert done.status_code == 302 and done["Location"] == "/accounts/reset/done/"
     owner.refresh_from_db()

@@ -191,6 +191,20 @@ class Frames:
         return [f for f in (self.sent if sent else self.received) if f.get("type") == kind]
 
 
+def error_under(page: Page, label: str) -> str | None:
+    """The error shown between the field `label` and the next field's label (None: none)."""
+    text: str | None = page.get_by_label(label, exact=True).evaluate(
+        """(input) => {
+          for (let el = input.nextElementSibling; el && el.tagName !== "LABEL";
+               el = el.nextElementSibling) {
+            if (el.matches(".form-error")) return el.textContent;
+          }
+          return null;
+        }"""
+    )
+    return text
+
+
 def is_touch(page: Page) -> bool:
     """Whether the page sees a touch screen (`pointer: coarse`): a phone or a tablet."""
     coarse: bool = page.evaluate("() => matchMedia('(pointer: coarse)').matches")

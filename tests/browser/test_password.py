@@ -1,6 +1,6 @@
 """Changing one's password by hand, on a desktop and on phones: from the chat page to Settings,
-the form (a wrong old password first), then out and back in with the new one; and the login
-page's way to a reset."""
+the form (a wrong old password first, a weak new one, its reason under New password), then out
+and back in with the new one; and the login page's way to a reset."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from playwright.sync_api import Browser, expect
 from tests.browser.browsing import (
     DEVICES,
     PASSWORD,
+    error_under,
     fill,
     is_touch,
     new_context,
@@ -54,9 +55,23 @@ def test_a_person_changes_their_password_and_logs_in_with_the_new_one(
     use(touch, page.get_by_role("button", name="Change password"))
     expect(page.get_by_role("alert").first).to_contain_text("incorrect")
 
+    # A weak new password: its reasons show under New password, where it was typed (they were
+    # under the confirmation, from a review; signup had the same).
     page.get_by_label("Old password", exact=True).fill("")
     fill(page, touch, "Old password", PASSWORD)
+    fill(page, touch, "New password", "qwerty")  # too short and among the most common
+    fill(page, touch, "New password confirmation", "qwerty")
+    use(touch, page.get_by_role("button", name="Change password"))
+    expect(page.get_by_role("alert").first).to_be_visible()
+    under_new = error_under(page, "New password")
+    assert under_new is not None and "too common" in under_new and "too short" in under_new
+    assert error_under(page, "New password confirmation") is None
+
+    page.get_by_label("Old password", exact=True).fill("")
+    fill(page, touch, "Old password", PASSWORD)
+    page.get_by_label("New password", exact=True).fill("")
     fill(page, touch, "New password", NEW)
+    page.get_by_label("New password confirmation", exact=True).fill("")
     fill(page, touch, "New password confirmation", NEW)
     use(touch, page.get_by_role("button", name="Change password"))
     expect(page.get_by_role("heading", name="Password changed")).to_be_visible()

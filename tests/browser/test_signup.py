@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, expect
 
 from tests.browser.browsing import (
     DEVICES,
     PASSWORD,
+    error_under,
     fill,
     new_context,
     unique_name,
@@ -33,20 +34,6 @@ LOOKS = """(el) => {
 def server() -> Iterator[str]:
     with running_chatsite() as base:
         yield base
-
-
-def error_under(page: Page, label: str) -> str | None:
-    """The error shown between the field `label` and the next field's label (None: none)."""
-    text: str | None = page.get_by_label(label, exact=True).evaluate(
-        """(input) => {
-          for (let el = input.nextElementSibling; el && el.tagName !== "LABEL";
-               el = el.nextElementSibling) {
-            if (el.matches(".form-error")) return el.textContent;
-          }
-          return null;
-        }"""
-    )
-    return text
 
 
 @pytest.mark.parametrize("device", list(DEVICES))
