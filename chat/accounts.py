@@ -1,5 +1,5 @@
 """The account forms, throttled: logging in (the site's form and the admin's), signing up, and
-asking for a password reset mail.
+asking for a password reset mail; and logging out, which says so on the login page.
 
 The throttle (chat/limits/logins.py) counts an attempt before the password is checked; a
 refused one never reaches the password check and is answered with the form again, the reason
@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
@@ -130,6 +131,18 @@ class LoginView(auth_views.LoginView):
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         return finish_login(request, super().post(request, *args, **kwargs))
+
+
+class LogoutView(auth_views.LogoutView):
+    """Django's logout (`POST /accounts/logout/`), then the login page says it worked: without a
+    word a person could not tell a logout from a page that merely reloaded."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response: HttpResponse = super().post(request, *args, **kwargs)
+        # After the session is flushed: the message travels in its own cookie (Django's
+        # default storage tries the cookie first) to the page the redirect leads to.
+        messages.info(request, "You are logged out.")
+        return response
 
 
 def signup(request: HttpRequest) -> HttpResponse:

@@ -37,7 +37,7 @@ urlpatterns = [
     path("tier/", views.choose_tier, name="choose_tier"),
     path("accounts/signup/", accounts.signup, name="signup"),
     path("accounts/login/", accounts.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/logout/", accounts.LogoutView.as_view(), name="logout"),
     # Password change and reset: Django's own views (templates/registration/), our URL names.
     path(
         "accounts/password_change/",

@@ -14,6 +14,10 @@ let ready = false; // the server said `ready`: frames may be sent
 let attempts = 0; // reconnect attempts that failed in a row
 let reconnectTimer = 0;
 let connection = connectionEl.dataset.state;
+// This tab is logging out (its Log out was pressed): the server closes the socket as the
+// session ends, before the logout's own page arrives; going to the login page then would
+// cancel that page, and the word it brings that the logout worked.
+let leaving = false;
 // Frames that mean the same however late they arrive (a stop), asked for while the socket was
 // down: sent on the next socket as soon as it is ready, before the page hears `ready` (and so
 // before it resumes the answers). Keyed, so pressing Stop twice keeps one.
@@ -45,6 +49,11 @@ export function start(handlers) {
     if (document.visibilityState === "visible") reconnectNow();
   });
   connect();
+}
+
+/** The user logs out in this tab: the logout's response, not the socket, leads on. */
+export function leave() {
+  leaving = true;
 }
 
 /**
@@ -129,6 +138,7 @@ function connect() {
     lostSocket();
     if (event.code === CLOSE_LOGGED_OUT) {
       setConnection("logged-out");
+      if (leaving) return;
       location.assign(`/accounts/login/?next=${encodeURIComponent(location.pathname)}`);
       return;
     }

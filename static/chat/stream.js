@@ -129,6 +129,7 @@ document.addEventListener("keydown", (event) => {
 
 // --- start ------------------------------------------------------------------------------------
 document.addEventListener("htmx:oobBeforeSwap", answers.onOobBeforeSwap);
+document.getElementById("logout").addEventListener("submit", socket.leave);
 alerts.onDismiss(composer.returnFocusToPrompt);
 scroll.start();
 composer.start();
