@@ -45,6 +45,15 @@ export function start() {
     else announce("Not sent: an answer is still coming. Your text stays here.");
   });
   promptEl.addEventListener("input", autosize);
+  // The box gets narrower while Stop shows beside it, and wider once Stop is gone (the window
+  // and the compact layout change it too): its height follows its text at the new width, so
+  // it shrinks back instead of staying as tall as the narrow box needed.
+  let width = promptEl.clientWidth;
+  new ResizeObserver(() => {
+    if (promptEl.clientWidth === width) return; // autosize's own height change
+    width = promptEl.clientWidth;
+    autosize();
+  }).observe(promptEl);
   document.body.addEventListener("htmx:afterRequest", () => {
     // A rename or delete removed the control that had focus: give it back to the prompt.
     if (document.activeElement === document.body || !document.activeElement) returnFocusToPrompt();

@@ -14,6 +14,7 @@ from tests.browser.browsing import (
     Frames,
     answers,
     press,
+    send,
     signed_in_context,
     source_text,
     wait_for_answer,
@@ -156,5 +157,44 @@ def test_the_next_question_can_be_typed_while_an_answer_streams(
     assert source_text(second) == "the next question"
     expect(box).to_have_value("")
     assert frames.of_type("error") == []
+    assert errors == []
+    page.context.close()
+
+
+@pytest.mark.parametrize("device", ["desktop", *PHONES])
+def test_the_box_shrinks_back_to_its_text_once_stop_is_gone(
+    browser: Browser, server: str, device: str
+) -> None:
+    page, _ = open_page(browser, server, device)
+    errors = watch_for_errors(page)
+    box = page.locator("#prompt")
+    one_line = box.bounding_box()["height"]  # type: ignore[index]
+    send(page, "/long 400")
+    answer = wait_for_answer(page, 1)
+    expect(answer).to_have_attribute("data-status", "streaming")
+    expect(page.get_by_role("button", name="Stop")).to_be_visible()
+
+    # Stop takes room beside the box: the next question, typed meanwhile, wraps a little
+    # earlier than it would without Stop. Short words, until it just wraps.
+    press(page, box)
+    for _ in range(200):
+        page.keyboard.type("ab ")
+        if box.bounding_box()["height"] > one_line + 5:  # type: ignore[index]
+            break
+    else:
+        pytest.fail("the box never grew to a second line")
+
+    # Without Stop the same text fits on one line again, and the box shrinks back to it (it
+    # stayed two lines tall, from a review).
+    press(page, page.get_by_role("button", name="Stop"))
+    expect(answer).to_have_attribute("data-status", "stopped")
+    expect(page.get_by_role("button", name="Stop")).to_be_hidden()
+    expect(box).to_have_css("height", f"{one_line:g}px")
+    # And emptied by hand, it is one line tall too.
+    press(page, box)
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.press("Backspace")
+    expect(box).to_have_value("")
+    expect(box).to_have_css("height", f"{one_line:g}px")
     assert errors == []
     page.context.close()
