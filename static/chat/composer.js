@@ -45,6 +45,7 @@ export function start() {
     else announce("Not sent: an answer is still coming. Your text stays here.");
   });
   promptEl.addEventListener("input", autosize);
+  watchHeight();
   // The box gets narrower while Stop shows beside it, and wider once Stop is gone (the window
   // and the compact layout change it too): its height follows its text at the new width, so
   // it shrinks back instead of staying as tall as the narrow box needed.
@@ -79,6 +80,28 @@ export function update() {
     statusEl.textContent = view.status;
     statusEl.title = view.status; // one line on the page (it may be cut): the whole of it here
   }
+}
+
+/**
+ * Mark the page short (`data-viewport="short"` on <html>, chat.css makes the composer compact)
+ * while the visible height is at most this: a phone's keyboard open leaves 300-400 px. The
+ * visual viewport, not the window: iOS shrinks only that one for the keyboard.
+ */
+const SHORT_VIEWPORT_PX = 480;
+
+function watchHeight() {
+  const view = window.visualViewport;
+  const measure = () => {
+    // At the page's own zoom: pinching in to read does not make the page compact.
+    const height = view ? view.height * view.scale : window.innerHeight;
+    const short = height <= SHORT_VIEWPORT_PX;
+    const root = document.documentElement;
+    if (short === (root.dataset.viewport === "short")) return;
+    if (short) root.dataset.viewport = "short";
+    else delete root.dataset.viewport;
+  };
+  (view ?? window).addEventListener("resize", measure);
+  measure();
 }
 
 /** The box grows with its text, up to 40% of the window. */

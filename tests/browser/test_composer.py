@@ -198,3 +198,63 @@ def test_the_box_shrinks_back_to_its_text_once_stop_is_gone(
     expect(box).to_have_css("height", f"{one_line:g}px")
     assert errors == []
     page.context.close()
+
+
+def on_screen(page: Page, selector: str) -> None:
+    """The element is visible and wholly inside the window (nothing to scroll to reach it)."""
+    element = page.locator(selector)
+    expect(element).to_be_visible()
+    box = element.bounding_box()
+    size = page.viewport_size
+    assert box is not None and size is not None
+    assert box["x"] >= 0 and box["x"] + box["width"] <= size["width"] + 0.5, (selector, box)
+    assert box["y"] >= 0 and box["y"] + box["height"] <= size["height"] + 0.5, (selector, box)
+
+
+@pytest.mark.parametrize("device", ["desktop", *PHONES])
+def test_a_short_window_leaves_the_answer_most_of_its_height_and_every_control_works(
+    browser: Browser, server: str, device: str
+) -> None:
+    page, frames = open_page(browser, server, device)
+    errors = watch_for_errors(page)
+    messages = page.locator("#messages")
+    # What a phone's on-screen keyboard leaves of a 740 px screen (or a short window).
+    page.set_viewport_size({"width": 360, "height": 360})
+
+    def answer_share() -> float:
+        return messages.bounding_box()["height"] / 360  # type: ignore[index]
+
+    send(page, "/long 400")
+    answer = wait_for_answer(page, 1)
+    expect(answer).to_have_attribute("data-status", "streaming")
+    expect(page.locator("#composer-status")).not_to_be_empty()
+    # The status line and the tier row took so much that the answer had about a third of the
+    # height while it streamed (from a review); now it keeps more than half.
+    assert answer_share() >= 0.5, answer_share()
+    for control in ("#prompt", "#stop", "#send", "#tier-badge"):
+        on_screen(page, control)
+    if page.locator("#model-picker").is_visible():
+        on_screen(page, "#model-picker")
+
+    # Every control still works: type the next question, Stop, Send.
+    press(page, page.locator("#prompt"))
+    page.keyboard.type("/echo short and sweet")
+    press(page, page.get_by_role("button", name="Stop"))
+    expect(answer).to_have_attribute("data-status", "stopped")
+    assert answer_share() >= 0.5, answer_share()
+    press(page, page.get_by_role("button", name="Send"))
+    second = wait_for_answer(page, 2)
+    expect(second).to_have_attribute("data-status", "complete")
+    assert source_text(second) == "short and sweet"
+    # The tier badge still opens its popover, on screen.
+    press(page, page.locator("#tier-badge"))
+    on_screen(page, "#tier-info")
+    press(page, page.locator("#prompt"))  # focusing the box closes it
+    expect(page.locator("#tier-info")).to_be_hidden()
+
+    # A tall window again (the keyboard closed): the full composer, with its hints.
+    page.set_viewport_size({"width": 360, "height": 740})
+    expect(page.locator("#composer-keys")).to_be_visible()
+    assert frames.of_type("error") == []
+    assert errors == []
+    page.context.close()
