@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from chat.demo_upstream import DemoModel, long_tokens
+from chat.demo_upstream.titles import title_for
 from tests.demo_server import call_demo_app
 from tests.test_demo_upstream import COMPLETIONS, chunks_of, text_of
 
@@ -66,9 +67,49 @@ async def test_a_continuation_of_a_cut_answer_is_not_cut_again() -> None:
     assert finish == "stop" and partial + rest == "".join(long_tokens(12))
 
 
-async def test_a_title_request_gets_a_few_capitalised_words() -> None:
+# What a person would call these conversations: the prompt's subject in its own words, not
+# "Demo chat" (what every directive and greeting-only prompt got, from a review) and not
+# Every Word Capitalised. The first screen's starters come first.
+TITLES = {
+    "Explain how a rainbow forms, in three short paragraphs.": "Explain how a rainbow forms",
+    "Write a Python function that checks whether a word is a palindrome, with a few tests.": (
+        "Write a Python function"
+    ),
+    "Give me five ideas for a rainy weekend at home.": "Five ideas for a rainy weekend",
+    "How do I greet someone in Python?": "Greet someone in Python",
+    "Hi, can you please explain how DNS works?": "Explain how DNS works",
+    "What is a monad?": "What is a monad",
+    "fix my C++ code that crashes": "Fix my C++ code",
+    "Tell me about the history of the Roman empire and its fall": "The history of the Roman empire",
+    "summarise this:\nsome long pasted text": "Summarise",
+    "/echo hello world": "Hello world",
+    "/stall 2 what time is it?": "What time is it",
+    "/long 300": "Long answer (300 tokens)",
+    "/markdown 900": "Markdown sample (900 tokens)",
+    "/cut 12": "Answer cut after 12 tokens",
+    "/fail 503": "Error 503 from the model",
+    "/length 20 /long 50": "Long answer (50 tokens)",
+    "/echo-system": "System prompt",
+    "/long": "Long answer",
+    "👋": "👋",
+}
+
+
+async def test_a_title_request_gets_the_prompts_subject_in_a_few_words() -> None:
     system = {"role": "system", "content": "Write a short title (at most six words)."}
-    title, _ = await answer([system, user("Explain how a rainbow forms, in three paragraphs.")])
-    assert title == "Explain How A Rainbow Forms"
-    title, _ = await answer([system, user("/long 300")])
-    assert title == "Demo chat"
+    for prompt, expected in TITLES.items():
+        title, finish = await answer([system, user(prompt)])
+        assert (title, finish) == (expected, "stop"), prompt
+        # Short enough for the list and the tab: at most six words and 60 characters.
+        assert len(title.split()) <= 6 and len(title) <= 60, title
+
+
+def test_a_title_is_drawn_from_the_prompt_and_never_the_same_for_every_chat() -> None:
+    for prompt in TITLES:
+        title = title_for(prompt)
+        assert title and title != "Demo chat" and title[0] == title[0].upper(), prompt
+        if not prompt.startswith("/"):
+            # Every word of the title is a word of the prompt (as typed, bar its first letter).
+            words = prompt.lower().replace("\n", " ").split()
+            assert all(any(w in word for word in words) for w in title.lower().split()), title
+    assert title_for("") == "New chat"

@@ -64,9 +64,9 @@ async def test_the_first_answer_gets_a_title_from_the_lite_model_in_every_tab(
     # The answer came first, with the provisional title; the title follows it.
     assert answer["done"]["status"] == "complete"
     frame = await html_until(asking, f'id="conv-{conv.id}"')
-    assert "Explain How A Rainbow Forms" in frame and 'hx-swap-oob="true"' in frame
-    assert f'id="conv-{conv.id}"' in await html_until(other_tab, "Explain How A Rainbow Forms")
-    assert await title_of(str(conv.id)) == "Explain How A Rainbow Forms"
+    assert "Explain how a rainbow forms" in frame and 'hx-swap-oob="true"' in frame
+    assert f'id="conv-{conv.id}"' in await html_until(other_tab, "Explain how a rainbow forms")
+    assert await title_of(str(conv.id)) == "Explain how a rainbow forms"
     [request] = title_requests(recorded)
     assert request["model"] == "demo-lite" and request["max_tokens"] == TITLE_MAX_TOKENS
     assert request["messages"][1] == {"role": "user", "content": PROMPT}
@@ -150,7 +150,7 @@ async def test_an_answer_streaming_at_the_stream_cap_does_not_stop_a_title(
     holding = await get_limiter().admit(owner.pk, estimate_tokens=10)  # an answer streaming
     conv = await database_sync_to_async(Conversation.objects.create)(user=owner, title="x")
     # A title has slots of its own: the answer's slot is neither needed nor taken.
-    assert await title_conversation(owner.pk, str(conv.id), PROMPT) == "Explain How A Rainbow Forms"
+    assert await title_conversation(owner.pk, str(conv.id), PROMPT) == "Explain how a rainbow forms"
     assert len(title_requests(recorded)) == 1
     await holding.settle(None)  # type: ignore[union-attr]
 
@@ -197,9 +197,9 @@ async def test_at_a_cap_of_one_the_next_prompt_is_not_refused_while_a_title_is_w
         assert second["text"] == "and then?"
         gate.open()
         # The title still arrives, on the same socket.
-        frame = await html_until(comm, "Explain How A Rainbow Forms")
+        frame = await html_until(comm, "Explain how a rainbow forms")
         assert f'id="conv-{conv.id}"' in frame
-        assert await title_of(str(conv.id)) == "Explain How A Rainbow Forms"
+        assert await title_of(str(conv.id)) == "Explain how a rainbow forms"
         # And the title's slot is given back: a third prompt is answered too.
         third = {"type": "prompt", "conversation": str(conv.id), "text": "/echo third"}
         await comm.send_to(text_data=json.dumps(third))

@@ -22,11 +22,7 @@ FAST_BATCH_TOKENS = 64
 # leading whitespace), so the tokens of any text join back to exactly that text.
 _TOKEN_RE = re.compile(r"\S{1,12}\s*|\s+")
 _DIRECTIVE_RE = re.compile(r"\s*/(echo-system|echo|long|markdown|fail|cut|stall|length)(?=\s|$)")
-# A request whose system message starts with this asks for a conversation's title (what
-# chatsite's title requests send): the answer is a title made of the user message's words.
-TITLE_REQUEST = "Write a short title"
 NO_SYSTEM = "There is no system message."
-_WORD_RE = re.compile(r"\w+")
 # What must be escaped to quote a question inline without it turning into markup.
 _MARKDOWN_SPECIAL = frozenset("\\`*_[]<>|~")
 
@@ -164,18 +160,6 @@ def _int_argument(directive: str, raw: str | None, low: int, high: int) -> int:
             400, f"/{directive} needs a whole number from {low} to {high}", "invalid_directive"
         )
     return value
-
-
-def title_for(text: str) -> str:
-    """A title for a conversation that starts with `text`: its first five words (a leading
-    directive left out), capitalised; "Demo chat" when it has no words."""
-    match = _DIRECTIVE_RE.match(text)
-    if match is not None:
-        text = text[match.end() :]
-        if match.group(1) in ("long", "markdown", "cut", "fail", "stall", "length"):
-            text = text.split(maxsplit=1)[1] if len(text.split(maxsplit=1)) > 1 else ""
-    words = _WORD_RE.findall(text)[:5]
-    return " ".join(word.capitalize() for word in words) or "Demo chat"
 
 
 def plan_answer(text: str, system: str = "") -> AnswerPlan:

@@ -13,7 +13,6 @@ from chat.demo_upstream.answers import (
     FAIL_KINDS,
     FAST_BATCH_TOKENS,
     MODELS,
-    TITLE_REQUEST,
     AnswerPlan,
     ClientGone,
     CompletionRequest,
@@ -24,9 +23,9 @@ from chat.demo_upstream.answers import (
     error_body,
     message_text,
     plan_answer,
-    title_for,
     tokenize,
 )
+from chat.demo_upstream.titles import TITLE_REQUEST, title_for
 from chat.demo_upstream.wire import (
     Receive,
     Scope,

@@ -24,7 +24,7 @@ from tests.servers import running_chatsite
 pytestmark = pytest.mark.browser
 
 PROMPT = "Explain how a rainbow forms, in three short paragraphs."
-TITLE = "Explain How A Rainbow Forms"  # what the demo model titles it (docs/protocol.md)
+TITLE = "Explain how a rainbow forms"  # what the demo model titles it (docs/protocol.md)
 
 
 @pytest.fixture(scope="module")
