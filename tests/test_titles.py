@@ -15,7 +15,7 @@ from channels.db import database_sync_to_async
 from chat import conversations
 from chat.models import Conversation, Usage
 from chat.turns.titles import TITLE_MAX_TOKENS, fallback_title, title_conversation
-from tests.conftest import receive_until_done
+from tests.conftest import assistant_mid, receive_until_done
 from tests.recording_upstream import Gate, Recorded, recording_upstream
 
 pytestmark = pytest.mark.usefixtures("chat_settings")
@@ -91,6 +91,37 @@ async def test_a_later_answer_asks_for_no_title(
     await comm.send_to(text_data=json.dumps(again))
     await receive_until_done(comm)
     assert len(title_requests(recorded)) == 1
+
+
+async def test_a_first_answer_stopped_then_continued_gets_its_title_once_it_completes(
+    connect: Any, owner: Any, chat_settings: Any, slow_demo_upstream: str
+) -> None:
+    chat_settings.CHAT_TITLES = True
+    with recording_upstream(slow_demo_upstream) as (url, recorded):
+        chat_settings.LLM_BASE_URL = url
+        comm = await connect(owner)
+        prompt = "How do I greet someone in Python?"
+        await comm.send_to(text_data=json.dumps({"type": "prompt", "text": prompt}))
+        mid = assistant_mid(await comm.receive_from(timeout=10))
+        conv = await database_sync_to_async(Conversation.objects.get)(user=owner)
+        provisional = await title_of(str(conv.id))
+        await comm.send_to(text_data=json.dumps({"type": "stop", "mid": mid}))
+        stopped = await receive_until_done(comm, mid)
+        assert stopped["done"]["status"] == "stopped"
+        # A stopped first answer makes no title (not yet: it may be continued or not).
+        await asyncio.sleep(0.3)
+        assert title_requests(recorded) == [] and await title_of(str(conv.id)) == provisional
+
+        # Continued to its end, it is the first answer completed: the title follows it (it
+        # never came, from a review), for every tab, as after a first answer that completed.
+        await comm.send_to(text_data=json.dumps({"type": "continue", "mid": mid}))
+        done = await receive_until_done(comm, mid, after=stopped["done"]["seq"] - 1)
+        assert done["done"]["status"] == "complete"
+        frame = await html_until(comm, "Greet someone in Python")
+        assert f'id="conv-{conv.id}"' in frame
+        assert await title_of(str(conv.id)) == "Greet someone in Python"
+        [request] = title_requests(recorded)
+        assert request["messages"][1] == {"role": "user", "content": prompt}
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)

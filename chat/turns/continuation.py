@@ -32,6 +32,14 @@ class Reopened:
     text: str
     chunk_count: int
     usage: tuple[int, int]  # prompt and completion tokens it had used
+    prompt: Message  # the prompt it answers
+    was: str  # its status before: stopped, failed (cut) or complete (length-limited)
+
+    @property
+    def never_titled(self) -> bool:
+        """An answer to the conversation's first prompt that never completed: the title that
+        follows a first answer was never made, so this continuation's completion makes it."""
+        return self.prompt.parent_id is None and self.was != Message.Status.COMPLETE
 
 
 def do_continue(
@@ -100,6 +108,8 @@ def do_continue(
         answer.text,
         answer.chunk_count,
         (answer.prompt_tokens, answer.completion_tokens),
+        prompt,
+        previous,
     )
 
 

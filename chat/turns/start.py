@@ -104,10 +104,24 @@ async def start_turn(
             await admission.settle(None)
             raise
     registry.start(turn)
-    if exchange.created and isinstance(frame, Prompt):
-        # After its first answer, in the background: the conversation's title.
-        titles.schedule(turn, conversation_id=str(exchange.conversation.id), prompt=frame.text)
+    title_prompt = _title_prompt(frame, exchange, reopened)
+    if title_prompt is not None:
+        # Once this first answer completes, in the background: the conversation's title.
+        titles.schedule(turn, conversation_id=str(exchange.conversation.id), prompt=title_prompt)
     return Started(turn, exchange, html)
+
+
+def _title_prompt(
+    frame: TurnFrame, exchange: conversations.Exchange, reopened: Reopened | None
+) -> str | None:
+    """The prompt to title the conversation by if this turn's answer completes: a new
+    conversation's first prompt; or, for Continue, the first prompt again when the answer
+    going on is its answer and never completed (stopped or cut), so it was never titled."""
+    if exchange.created and isinstance(frame, Prompt):
+        return frame.text
+    if reopened is not None and reopened.never_titled:
+        return reopened.prompt.text
+    return None
 
 
 async def _continuation_shell(turn: Turn, reopened: Reopened) -> str:

@@ -1,6 +1,7 @@
-"""A new conversation's title, written by the lite model after its first answer: in the
-background (never delaying the answer), admitted and counted like a small turn, the prompt's
-first words on any failure, and never over a title the user typed."""
+"""A new conversation's title, written by the lite model once its first answer completes (the
+first turn, or the Continue that completes a stopped or cut first answer): in the background
+(never delaying the answer), admitted and counted like a small turn, the prompt's first words
+on any failure, and never over a title the user typed."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def clean_title(text: str) -> str:
 
 
 def schedule(turn: Turn, *, conversation_id: str, prompt: str) -> None:
-    """Title the conversation once its first answer (`turn`) has ended complete."""
+    """Title the conversation once its first answer (`turn`, which may be a Continue of it) has
+    ended complete."""
     if not settings.CHAT_TITLES:
         return
     task = asyncio.get_running_loop().create_task(
