@@ -59,6 +59,7 @@ SLOW_FIRST = (
     "tests/test_security_demo.py",
     "tests/test_sentinel.py",
     "tests/test_security_fuzz_postgres.py",
+    "tests/test_security_respelled_postgres.py",
     "tests/browser/test_xss.py",
     "tests/browser/test_limits.py",
     "tests/browser/test_paging.py",

@@ -40,6 +40,7 @@ class Gate:
     request is then in flight for as long as the test needs, however fast the machine is."""
 
     matches: Callable[[dict[str, Any]], bool]
+    hold_seconds: float = 30.0  # the longest a request is held before it goes on anyway
     opened: threading.Event = field(default_factory=threading.Event)
     arrived: threading.Event = field(default_factory=threading.Event)  # one is held (or was)
 
@@ -69,7 +70,7 @@ def _handler(
                 recorded.requests.append(json.loads(body))
             if gate is not None and gate.matches(json.loads(body)):
                 gate.arrived.set()
-                gate.opened.wait(30)
+                gate.opened.wait(gate.hold_seconds)
             url = upstream + self.path.removeprefix("/v1")
             headers = {"content-type": "application/json"}
             try:
