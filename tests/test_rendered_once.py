@@ -17,6 +17,7 @@ from channels.db import database_sync_to_async
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from markdown_it import MarkdownIt
 
 from chat import branches
 from chat.models import Message
@@ -101,3 +102,31 @@ async def test_an_empty_answer_not_rendered_yet_is_stored_empty_once(
     assert renders == [ONLY_DEFINITIONS]
     await database_sync_to_async(answer.refresh_from_db)()
     assert answer.html == ""
+
+
+async def test_resuming_a_finished_answer_sends_its_stored_html_without_rendering_markdown(
+    connect: Any, owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13, finding 6: a `resume` of a long finished answer rendered its markdown again
+    each time, on the thread that serves every socket's database work. Now it sends the HTML
+    stored when the answer ended: with markdown parsing and rendering made to fail, a resume
+    still succeeds, twice, with exactly the stored HTML."""
+    answer = await ask(connect, owner, "Show me what you can render")  # a list and code
+    stored = answer.html
+    assert stored and "<li>" in stored and "<pre" in stored
+
+    def no_markdown(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("markdown was parsed or rendered again for a finished answer")
+
+    # Every markdown-it instance (the answer renderer and the live block parser alike).
+    monkeypatch.setattr(MarkdownIt, "render", no_markdown)
+    monkeypatch.setattr(MarkdownIt, "parse", no_markdown)
+    comm = await connect(owner)
+    for _ in range(2):
+        await comm.send_to(text_data=json.dumps({"type": "resume", "mid": answer.mid, "after": 3}))
+        html = await comm.receive_from(timeout=10)
+        assert not html.startswith("{") and f'data-mid="{answer.mid}"' in html
+        assert stored in html
+        done = json.loads(await comm.receive_from(timeout=10))
+        assert done["type"] == "done" and done["mid"] == answer.mid
+        assert done["status"] == "complete"
