@@ -315,13 +315,17 @@ class Stalled:
     cuts_before: float = 0
 
     def growth_mib(self, since: str, until: str) -> float:
-        return (self.rss_kib[until] - self.rss_kib[since]) / 1024
+        """RSS growth between two samples; "peak before" is the higher of the two before the
+        stalled tab came (warm, answers alone)."""
+        before = max(self.rss_kib.get("warm", 0), self.rss_kib.get("answers alone", 0))
+        rss = {**self.rss_kib, "peak before": before}
+        return (rss[until] - rss[since]) / 1024
 
     def report(self) -> str:
         return (
             f"daphne RSS (MiB): {', '.join(f'{k} {v / 1024:.1f}' for k, v in self.rss_kib.items())}"
             f"; answers alone +{self.growth_mib('warm', 'answers alone'):.1f} MiB, with the "
-            f"stalled tab +{self.growth_mib('answers alone', 'stalled tab'):.1f} MiB; "
+            f"stalled tab +{self.growth_mib('peak before', 'stalled tab'):.1f} MiB; "
             f"cut: {self.cut_line}; the tab then read {self.read_after_cut} bytes and saw "
             f"{self.ending or '(not read)'}"
         )
@@ -407,8 +411,11 @@ async def test_a_tab_that_stops_reading_is_aborted_and_daphne_stays_bounded(
         assert [status for status, _ in rows] == ["complete"] * ANSWERS
         assert all(text == expected for _, text in rows)
 
+    # Growth beyond the highest the process was before the stalled tab: the allocator may give
+    # memory back between phases (answers alone once read 16.6 MiB below warm, on a loaded
+    # machine) and the next phase re-grow into it, which is not memory the tab holds.
     answers_alone = max(0.0, seen.growth_mib("warm", "answers alone"))
-    stalled = seen.growth_mib("answers alone", "stalled tab")
+    stalled = seen.growth_mib("peak before", "stalled tab")
     assert stalled < answers_alone + RSS_SLACK_MIB, seen.report()
 
 
