@@ -22,6 +22,24 @@ export function readFrame(data) {
 }
 
 /**
+ * The answer an HTML frame continues for a tab that did not ask (another tab pressed Continue:
+ * the answer's shell, out of band, marked `data-watch`), or null for any other frame. The
+ * server sends it to every tab showing the conversation, but which version of a message a tab
+ * shows is the tab's own (the "‹ 1 / 2 ›" arrows): where another version is on show, the
+ * frame has no place, and handed to htmx it would log `htmx:oobErrorNoTarget`.
+ * @param {string} html
+ * @returns {string | null} the answer's mid
+ */
+export function continuedAnswer(html) {
+  const found = CONTINUED.exec(html);
+  return found ? found[1] : null;
+}
+
+// The shell chat/partials/message.html makes for watchers (chat.fragments.continuation_html).
+const CONTINUED =
+  /^\s*<article class="msg msg-assistant" id="msg-([^"\s]+)"[^>]*\sdata-watch="1"[^>]*\shx-swap-oob="true"[^>]*>/;
+
+/**
  * Ask a question: a new turn in `conversation` (empty: a new conversation). With `replaces`,
  * the turn is a new version of that earlier prompt and the thread goes on from it.
  * @param {string} conversation

@@ -6,6 +6,7 @@ import * as answers from "./answers.js";
 import * as composer from "./composer.js";
 import * as copy from "./copy.js";
 import * as earlier from "./earlier.js";
+import { continuedAnswer } from "./frames.js";
 import { escapeAction, isNewChatShortcut } from "./keys.js";
 import { alertCountdown } from "./labels.js";
 import * as models from "./models.js";
@@ -54,6 +55,8 @@ function onJson(frame) {
 }
 
 function onHtml(html) {
+  const continued = continuedAnswer(html);
+  if (continued && !thread.articleFor(continued)) return; // this tab shows another version
   answers.paintNow();
   // HTML frames carry hx-swap-oob fragments: htmx's swap engine places them.
   // A finished answer keeps the body it showed live, so that body is not parsed again.

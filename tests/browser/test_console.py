@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 
 from tests.browser.browsing import (
     DEVICES,
@@ -16,6 +16,7 @@ from tests.browser.browsing import (
     press,
     send,
     signed_in_context,
+    source_text,
     wait_for_answer,
 )
 from tests.servers import running_chatsite
@@ -149,4 +150,82 @@ def test_the_main_flows_in_two_tabs_log_no_error_and_break_no_policy(
 
     assert console.problems == []
     assert console.csp(one, two) == []
+    context.close()
+
+
+def stop_streaming(page: Page, answer: Locator) -> None:
+    """Stop the answer `answer` once it shows some new text; it ends `stopped`."""
+    expect(answer).to_have_attribute("data-status", "streaming")
+    page.wait_for_function(
+        "(el) => el.querySelector('.body').textContent.length > 40", arg=answer.element_handle()
+    )
+    press(page, page.get_by_role("button", name="■ Stop"))
+    expect(answer).to_have_attribute("data-status", "stopped")
+
+
+def continue_then_stop(page: Page, answer: Locator) -> None:
+    """Press the stopped answer's Continue, let it stream, stop it again."""
+    before = len(answer.locator("template.source").evaluate("t => t.content.textContent"))
+    press(page, answer.get_by_role("button", name="Continue"))
+    expect(answer).to_have_attribute("data-status", "streaming")
+    page.wait_for_function(
+        "([el, n]) => el.querySelector('.body').textContent.length > n + 40",
+        arg=[answer.element_handle(), before],
+    )
+    press(page, page.get_by_role("button", name="■ Stop"))
+    expect(answer).to_have_attribute("data-status", "stopped")
+
+
+@pytest.mark.parametrize("device", ["desktop", "android"])
+def test_continue_in_one_tab_logs_no_error_in_the_other_whatever_it_shows(
+    browser: Browser, server: str, device: str
+) -> None:
+    context = signed_in_context(browser, server, **DEVICES[device])
+    console = Console()
+    one = open_tab(context, console, "one")
+    send(one, "/long 3000")
+    first = wait_for_answer(one, 1)
+    stop_streaming(one, first)
+    conversation = one.url.removeprefix(server)
+    two = open_tab(context, console, "two", conversation)
+    mid = first.get_attribute("data-mid")
+    assert mid
+
+    # Both tabs show the answer: the second follows its continuation.
+    continue_then_stop(one, first)
+    expect(answers(two).first).to_have_attribute("data-status", "stopped")
+    # The other way round: the second tab continues the first tab's answer.
+    continue_then_stop(two, answers(two).first)
+    expect(first).to_have_attribute("data-status", "stopped")
+    assert console.problems == []
+
+    # The second tab shows another conversation: nothing of the continuation is for it.
+    two.goto("/")
+    expect(two.locator("#connection")).to_have_attribute("data-state", "connected")
+    continue_then_stop(one, first)
+    assert console.problems == []
+
+    # The second tab shows another version of the answer (a regeneration's), while the first
+    # continues the earlier version.
+    press(one, first.get_by_role("button", name="Regenerate"))
+    second = one.locator("article.msg-assistant").first
+    expect(second).not_to_have_attribute("data-mid", mid)
+    stop_streaming(one, second)
+    two.goto(conversation)
+    expect(two.locator("#connection")).to_have_attribute("data-state", "connected")
+    expect(answers(two).first).not_to_have_attribute("data-mid", mid)
+    press(one, second.get_by_role("button", name="Previous version"))
+    earlier = one.locator(f'article[data-mid="{mid}"]')
+    expect(earlier).to_have_attribute("data-status", "stopped")
+    continue_then_stop(one, earlier)
+    # The second tab keeps its version (htmx used to log `oobErrorNoTarget` for the shell of
+    # the continued one); shown again, the earlier version has what the first tab showed.
+    expect(answers(two)).to_have_count(1)
+    expect(answers(two).first).not_to_have_attribute("data-mid", mid)
+    press(two, answers(two).first.get_by_role("button", name="Previous version"))
+    shown = two.locator(f'article[data-mid="{mid}"]')
+    expect(shown).to_have_attribute("data-status", "stopped")
+    assert source_text(shown) == source_text(earlier)
+
+    assert console.problems == []
     context.close()

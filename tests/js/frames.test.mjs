@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
 import {
+  continuedAnswer,
   promptFrame,
   readFrame,
   regenerateFrame,
@@ -67,5 +68,25 @@ describe("the frames the page sends", () => {
     assert.deepEqual(regenerateFrame("m1"), { type: "regenerate", mid: "m1" });
     assert.deepEqual(resumeFrame("m1", -1), { type: "resume", mid: "m1", after: -1 });
     assert.deepEqual(resumeFrame("m1", 41), { type: "resume", mid: "m1", after: 41 });
+  });
+});
+
+describe("continuedAnswer", () => {
+  // The shell chat.fragments.continuation_html sends a tab that did not press Continue.
+  const shell =
+    '\n<article class="msg msg-assistant" id="msg-1764428000123-web1-03" ' +
+    'data-mid="1764428000123-web1-03" data-status="streaming" data-watch="1" ' +
+    'hx-swap-oob="true" aria-label="Answer">\n  <div class="body markdown"></div>\n</article>';
+
+  test("it names the answer another tab's Continue goes on with", () => {
+    assert.equal(continuedAnswer(shell), "1764428000123-web1-03");
+  });
+
+  test("it names nothing for the asking tab's own shell, nor any other frame", () => {
+    assert.equal(continuedAnswer(shell.replace(' data-watch="1"', "")), null);
+    assert.equal(continuedAnswer(shell.replace(' hx-swap-oob="true"', "")), null);
+    const exchange = '<div hx-swap-oob="beforeend:#messages">' + shell + "</div>";
+    assert.equal(continuedAnswer(exchange), null);
+    assert.equal(continuedAnswer('<span id="title" hx-swap-oob="true">Hi</span>'), null);
   });
 });
