@@ -23,7 +23,15 @@ from chat.limits.budget import usable
 from chat.limits.plans import UserLimits, limits_for
 from chat.limits.rates import limits_storage_uri, parse_rate, utc_day
 from chat.limits.refusals import Rejection
-from chat.limits.storage import Backend, Budgets, MemoryBackend, Pool, RedisBackend, Settled
+from chat.limits.storage import (
+    Backend,
+    Budgets,
+    MemoryBackend,
+    Pool,
+    RedisBackend,
+    Reservation,
+    Settled,
+)
 from chat.loops import PerLoop
 from chat.redis_clients import REDIS_DOWN, redis_client
 
@@ -268,16 +276,8 @@ class Limiter:
                 return rejected
             # Slot and reservation in one atomic step: nothing to undo between them. The rate
             # hit above stays counted when they refuse (see the decision doc).
-            verdict = await self._backend.reserve(
-                user_id,
-                slot_id,
-                cap=max(0, limits.max_streams),
-                want=want,
-                at_least=floor,
-                budgets=budgets,
-                day=day,
-                pool=pool,
-            )
+            ask = Reservation(max(0, limits.max_streams), want, floor, budgets, day, pool)
+            verdict = await self._backend.reserve(user_id, slot_id, ask)
         except REDIS_DOWN as exc:
             self._note_failure("admit", exc)
             if self.failure == "closed":

@@ -44,19 +44,21 @@ class Budgets(NamedTuple):
     everyone: int
 
 
+class Reservation(NamedTuple):
+    """What an admission asks to hold, the same for every storage and slot set: a slot among
+    at most `cap` in `pool`, and `want` tokens of the `budgets` on `day` — or what is left if
+    that is less, but never less than `at_least` (else refused)."""
+
+    cap: int
+    want: int
+    at_least: int
+    budgets: Budgets
+    day: str
+    pool: Pool = "streams"
+
+
 class Backend(Protocol):
-    async def reserve(
-        self,
-        user_id: int,
-        slot_id: str,
-        *,
-        cap: int,
-        want: int,
-        at_least: int,
-        budgets: Budgets,
-        day: str,
-        pool: Pool = "streams",
-    ) -> Verdict: ...
+    async def reserve(self, user_id: int, slot_id: str, ask: Reservation) -> Verdict: ...
     async def resize(
         self, user_id: int, slot_id: str, *, day: str, target: int, budgets: Budgets
     ) -> int | None: ...
@@ -230,28 +232,17 @@ class RedisBackend:
             f"{self._prefix}{{u:{user_id}}}:held:{day}",
         ]
 
-    async def reserve(
-        self,
-        user_id: int,
-        slot_id: str,
-        *,
-        cap: int,
-        want: int,
-        at_least: int,
-        budgets: Budgets,
-        day: str,
-        pool: Pool = "streams",
-    ) -> Verdict:
+    async def reserve(self, user_id: int, slot_id: str, ask: Reservation) -> Verdict:
         code, streams, charged, granted = await self._reserve(
-            keys=[self._slots_key(user_id, pool), *self._token_keys(user_id, day)],
+            keys=[self._slots_key(user_id, ask.pool), *self._token_keys(user_id, ask.day)],
             args=[
                 slot_id,
                 self._lease_ms,
-                cap,
-                want,
-                at_least,
-                budgets.quota,
-                budgets.everyone,
+                ask.cap,
+                ask.want,
+                ask.at_least,
+                ask.budgets.quota,
+                ask.budgets.everyone,
                 TOKEN_KEY_TTL_SECONDS,
             ],
         )
@@ -358,18 +349,8 @@ class MemoryBackend:
             self._forgiven[key] = used
         self._everyone[key[1]] = max(0, self._everyone.get(key[1], 0) + delta)
 
-    async def reserve(
-        self,
-        user_id: int,
-        slot_id: str,
-        *,
-        cap: int,
-        want: int,
-        at_least: int,
-        budgets: Budgets,
-        day: str,
-        pool: Pool = "streams",
-    ) -> Verdict:
+    async def reserve(self, user_id: int, slot_id: str, ask: Reservation) -> Verdict:
+        cap, want, at_least, budgets, day, pool = ask
         async with self._lock:
             self._prune(day)
             slots = self._live_slots(user_id, time.monotonic(), pool)
