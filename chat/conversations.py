@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from chat import branches
@@ -341,17 +341,29 @@ def orphans_to_reap(*, instance: str | None = None, mid: str | None = None) -> l
     return [Orphan(*row) for row in rows]
 
 
-def do_reap(mid: str, *, text: str, chunk_count: int, html: str) -> Message | None:
+def do_reap(
+    mid: str,
+    *,
+    text: str,
+    chunk_count: int,
+    html: str,
+    prompt_tokens: int = 0,
+    completion_tokens: int = 0,
+) -> Message | None:
     """Mark an orphan failed with the text it had reached (`text`, its first `chunk_count`
-    chunks: the longer of its checkpoint and its stream log). None if it no longer streams:
-    another instance reaped it first, or its turn was alive after all and finished; only the
-    one who marks it releases what its turn held."""
+    chunks: the longer of its checkpoint and its stream log), adding its dead turn's estimated
+    usage to what the answer had used (a continued answer used some before). None if it no
+    longer streams: another instance reaped it first, or its turn was alive after all and
+    finished; only the one who marks it releases what its turn held."""
     updated = Message.objects.filter(mid=mid, status=Message.Status.STREAMING).update(
         text=text,
         html=html,
         chunk_count=chunk_count,
         status=Message.Status.FAILED,
         error=INTERRUPTED,
+        prompt_tokens=F("prompt_tokens") + prompt_tokens,
+        completion_tokens=F("completion_tokens") + completion_tokens,
+        usage_estimated=True,
         lease_until=None,
         finished_at=timezone.now(),
     )

@@ -73,9 +73,33 @@ def message_row(db_url: str, mid: str) -> dict[str, Any]:
     with sqlite3.connect(db_url.removeprefix("sqlite:///"), timeout=10) as db:
         db.row_factory = sqlite3.Row
         row = db.execute(
-            "SELECT status, text, error, conversation_id FROM chat_message WHERE mid = ?", (mid,)
+            "SELECT status, text, error, conversation_id, admission, prompt_tokens,"
+            " completion_tokens, usage_estimated FROM chat_message WHERE mid = ?",
+            (mid,),
         ).fetchone()
-    return dict(row)
+    found = dict(row)
+    found["admission"] = json.loads(found["admission"] or "null")
+    return found
+
+
+def usage_history(db_url: str) -> tuple[int, int, int]:
+    """(requests, prompt tokens, completion tokens) in every user's Usage history rows."""
+    with sqlite3.connect(db_url.removeprefix("sqlite:///"), timeout=10) as db:
+        row = db.execute(
+            "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(prompt_tokens), 0),"
+            " COALESCE(SUM(completion_tokens), 0) FROM chat_usage"
+        ).fetchone()
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+async def resumed_done(base: str, session: str, mid: str) -> dict[str, Any]:
+    """The `done` a tab gets when it resumes the (ended) answer `mid` from the start."""
+    async with open_socket(base, session) as socket:
+        assert (await json_frame(socket))["type"] == "ready"
+        await socket.send(json.dumps({"type": "resume", "mid": mid, "after": -1}))
+        while (done := await json_frame(socket))["type"] != "done":
+            pass
+        return done
 
 
 async def wait_for_row(
@@ -135,6 +159,38 @@ async def stream_then_kill(base: str, session: str, port: int, db_url: str) -> t
     return mid, received
 
 
+async def continue_then_kill(base: str, session: str, port: int, db_url: str) -> dict[str, Any]:
+    """Ask for a long answer, stop it, Continue it, SIGKILL the server while it goes on.
+
+    Returns the answer's row as its stop left it (with its mid)."""
+    async with open_socket(base, session) as socket:
+        assert (await json_frame(socket))["type"] == "ready"
+        await socket.send(json.dumps({"type": "prompt", "conversation": "", "text": "/long 1000"}))
+        while True:
+            raw = await asyncio.wait_for(socket.recv(), 10)
+            if isinstance(raw, str) and 'class="msg msg-assistant"' in raw:
+                mid = assistant_mid(raw)
+                break
+        assert (await json_frame(socket))["type"] == "chunk"
+        await socket.send(json.dumps({"type": "stop", "mid": mid}))
+        while (done := await json_frame(socket))["type"] != "done":
+            pass
+        assert done["status"] == "stopped"
+        stopped = {**message_row(db_url, mid), "mid": mid}
+        await socket.send(json.dumps({"type": "continue", "mid": mid}))
+        received = ""
+        while len(received.split()) < 75:  # 1.5 s: past at least two checkpoints
+            frame = await json_frame(socket)
+            if frame["type"] == "chunk" and frame["mid"] == mid:
+                received += frame["text"]
+        assert message_row(db_url, mid)["status"] == "streaming"
+        os.kill(daphne_pid(port), signal.SIGKILL)
+        with pytest.raises(ConnectionClosed):
+            while True:
+                await asyncio.wait_for(socket.recv(), 10)
+    return stopped
+
+
 async def ask_again(base: str, session: str, conversation: str) -> dict[str, Any]:
     async with open_socket(base, session) as socket:
         assert (await json_frame(socket))["type"] == "ready"
@@ -168,6 +224,16 @@ async def test_an_answer_cut_by_a_restart_is_failed_with_its_checkpoint_and_can_
     with running_chatsite(database_url=db_url, port=port, **env) as base:
         row = await wait_for_row(db_url, mid, "failed")
         check_interrupted(row, received)
+        # The usage it can tell: the prompt its admission recorded, the kept text estimated;
+        # counted in the Usage history as a failed turn that showed text is (one request).
+        usage = {
+            "prompt_tokens": row["admission"]["prompt_tokens"],
+            "completion_tokens": estimate_tokens(row["text"]),
+        }
+        assert usage["prompt_tokens"] > 0 and row["usage_estimated"]
+        assert {k: row[k] for k in usage} == usage
+        assert (await resumed_done(base, session, mid))["usage"] == usage
+        assert usage_history(db_url) == (1, *usage.values())
         conversation = str(uuid.UUID(row["conversation_id"]))  # SQLite keeps 32 hex digits
         async with httpx.AsyncClient(cookies={"sessionid": session}) as http:
             page = (await http.get(f"{base}/c/{conversation}/")).text
@@ -175,6 +241,40 @@ async def test_an_answer_cut_by_a_restart_is_failed_with_its_checkpoint_and_can_
         assert article and 'data-status="failed"' in article.group(0)
         done = await ask_again(base, session, conversation)
         assert done["status"] == "complete"
+    client.close()
+
+
+@pytest.mark.timeout(120)
+async def test_a_continuation_cut_by_a_restart_adds_only_what_it_said_to_the_usage(
+    tmp_path: Path,
+) -> None:
+    db_url = migrated_sqlite(tmp_path)
+    port = free_port()
+    env = {**SLOW, "CHAT_INSTANCE_ID": "restart3"}
+    with running_chatsite(database_url=db_url, port=port, **env) as base:
+        client = signup(base, "continuer")
+        session = client.cookies["sessionid"]
+        stopped = await continue_then_kill(base, session, port, db_url)
+    assert usage_history(db_url) == (
+        1,
+        stopped["prompt_tokens"],
+        stopped["completion_tokens"],
+    )
+    with running_chatsite(database_url=db_url, port=port, **env) as base:
+        row = await wait_for_row(db_url, stopped["mid"], "failed")
+        assert row["text"].startswith(stopped["text"]) and len(row["text"]) > len(stopped["text"])
+        assert row["admission"]["base_chars"] == len(stopped["text"])
+        # The continuation's own share: the prompt it sent and the text it added (the earlier
+        # text was counted when it stopped), added to the answer's and to the Usage history.
+        prompt = row["admission"]["prompt_tokens"]
+        added = estimate_tokens(row["text"][len(stopped["text"]) :])
+        usage = {
+            "prompt_tokens": stopped["prompt_tokens"] + prompt,
+            "completion_tokens": stopped["completion_tokens"] + added,
+        }
+        assert {k: row[k] for k in usage} == usage
+        assert (await resumed_done(base, session, stopped["mid"]))["usage"] == usage
+        assert usage_history(db_url) == (2, *usage.values())
     client.close()
 
 
@@ -300,6 +400,19 @@ async def test_a_tab_cut_off_by_a_crash_gets_back_everything_it_showed_and_can_a
                 # told) and the reservation settled for what was delivered.
                 tokens = await tokens_once_released(prefix, user_id, admission["slot"])
                 assert tokens == admission["prompt_tokens"] + estimate_tokens(stored[1])
+                # The tab is told the usage the quota counts, and the Usage history has it.
+                usage = {
+                    "prompt_tokens": admission["prompt_tokens"],
+                    "completion_tokens": estimate_tokens(stored[1]),
+                }
+                assert ended.done["usage"] == usage
+                history = query_one(
+                    database_url,
+                    "SELECT SUM(requests), SUM(prompt_tokens), SUM(completion_tokens)"
+                    " FROM chat_usage WHERE user_id = %s",
+                    user_id,
+                )
+                assert history == (1, *usage.values())
                 # A stop of the ended answer is answered with its done, not ignored.
                 await ws.send(json.dumps({"type": "stop", "mid": seen.mid}))
                 stop_answer = await next_json(ws)

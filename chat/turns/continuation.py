@@ -75,7 +75,12 @@ def do_continue(
         html = branches.rendered_html(answer)
         if admission is not None:
             sent = min(sum(len(m["content"]) for m in history), settings.LLM_CONTEXT_CHARS)
-            admission = {**admission, "prompt_tokens": chars_to_tokens(sent)}
+            # What it sends, and where its own text starts: a reaper charges only what follows.
+            admission = {
+                **admission,
+                "prompt_tokens": chars_to_tokens(sent),
+                "base_chars": len(answer.text),
+            }
         previous = answer.status
         answer.status = Message.Status.STREAMING
         answer.model = answer.model if answer.model in allowed else model

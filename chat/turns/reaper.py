@@ -4,22 +4,27 @@ A dead turn leaves three things behind: its last checkpoint in the database (eve
 CHAT_CHECKPOINT_SECONDS), its stream log (every chunk it sent, on Redis), and what the limiter
 held for it (a stream slot, a token reservation). Reaping keeps the longer text — the tabs
 were shown everything in the log, the checkpoint may lag it by seconds — renders it once,
-marks the answer failed, releases the slot and the reservation (charging what was delivered),
-and ends the stream log with the answer's `done`, so every tab following it, on any
-instance, is told at once.
+marks the answer failed with the usage it can tell (the prompt its admission recorded, the
+kept text estimated), releases the slot and the reservation and counts what was delivered
+(in the quota and the Usage history, as a live turn that fails is counted), and ends the
+stream log with the answer's `done`, so every tab following it, on any instance, is told at
+once.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
 from chat import conversations, fragments, protocol
 from chat.limits.limiter import get_limiter
+from chat.limits.usage import add_usage
 from chat.models import Message
 from chat.tokens import estimate_tokens
+from chat.turns.saving import clamp_tokens
 from chat.turns.streamlog import StreamLogUnavailable, get_stream_log
 
 log = logging.getLogger(__name__)
@@ -45,16 +50,14 @@ async def reap(*, instance: str | None = None, mid: str | None = None) -> int:
 async def _reap_one(orphan: conversations.Orphan) -> int:
     text, chunk_count = await _longest_text(orphan)
     html = await sync_to_async(fragments.answer_html, thread_sensitive=False)(text)
-    message = await database_sync_to_async(conversations.do_reap)(
-        orphan.mid, text=text, chunk_count=chunk_count, html=html
+    usage = _dead_turn_usage(orphan.admission, text)
+    message = await database_sync_to_async(_mark_reaped)(
+        orphan, text=text, chunk_count=chunk_count, html=html, usage=usage
     )
     if message is None:
         return 0  # someone else reaped it, or its turn finished after all
     if orphan.admission is not None:
-        # What was delivered is charged (the prompt as sent, the text kept); nothing
-        # delivered, nothing charged: what a live turn's settle does.
-        used = (orphan.admission.get("prompt_tokens", 0) + estimate_tokens(text)) if text else 0
-        await get_limiter().release_dead(orphan.user_id, orphan.admission, used or None)
+        await get_limiter().release_dead(orphan.user_id, orphan.admission, usage.charged or None)
     await _end_stream_log(message)
     log.warning(
         "marked the interrupted answer %s failed (%d characters, %d from the stream log)",
@@ -63,6 +66,56 @@ async def _reap_one(orphan: conversations.Orphan) -> int:
         len(text) - len(orphan.text),
     )
     return 1
+
+
+class DeadTurnUsage(NamedTuple):
+    """What a dead turn used, as far as the reaper can tell: the prompt it sent (known from its
+    admission record), the text it added estimated (chat.tokens), and what is charged for it."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    charged: int
+
+
+def _dead_turn_usage(admission: dict[str, Any] | None, text: str) -> DeadTurnUsage:
+    """The text it added is what follows `base_chars` (a continuation's earlier text was counted
+    by its own turn). As a live turn that fails is charged (Turn._charged): the prompt as sent
+    and the text added, or nothing when it added nothing."""
+    record = admission or {}
+    try:
+        prompt, base = max(0, int(record.get("prompt_tokens", 0))), int(record.get("base_chars", 0))
+    except (TypeError, ValueError):
+        prompt, base = 0, 0
+    added = text[max(0, base) :]
+    completion = estimate_tokens(added)
+    return DeadTurnUsage(prompt, completion, prompt + completion if added else 0)
+
+
+def _mark_reaped(
+    orphan: conversations.Orphan, *, text: str, chunk_count: int, html: str, usage: DeadTurnUsage
+) -> Message | None:
+    """One ORM trip: mark the answer failed with its usage, and add what is charged to the
+    user's Usage history for today, as a live turn's end does (saving.save_answer)."""
+    message = conversations.do_reap(
+        orphan.mid,
+        text=text,
+        chunk_count=chunk_count,
+        html=html,
+        prompt_tokens=clamp_tokens(usage.prompt_tokens),
+        completion_tokens=clamp_tokens(usage.completion_tokens),
+    )
+    if message is not None and usage.charged:
+        try:
+            add_usage(
+                orphan.user_id,
+                message.model,
+                message.tier,
+                clamp_tokens(usage.prompt_tokens),
+                clamp_tokens(usage.completion_tokens),
+            )
+        except Exception:
+            log.exception("could not record the usage of the interrupted answer %s", orphan.mid)
+    return message
 
 
 async def _longest_text(orphan: conversations.Orphan) -> tuple[str, int]:
