@@ -48,7 +48,7 @@ test-js:
 JOBS ?= 2
 test-python: $(STAMP)
 	$(BIN)/pytest -m "not real_upstream" -n $(JOBS) --dist loadfile --no-loadscope-reorder \
-	  $(PYTEST_ARGS)
+	  --durations=20 $(PYTEST_ARGS)
 
 # Everything: style, the house's import contracts, types, vendored files, the JS modules and
 # the Python suite (incl. browser).
