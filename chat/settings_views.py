@@ -10,6 +10,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from chat.forms import InstructionsForm, SystemPromptForm
 from chat.models import Conversation, Preferences
+from chat.tiers.picker import pick, with_choices
+from chat.tiers.policy import TierDecision
 
 
 @login_required
@@ -54,3 +56,24 @@ def conversation_settings(request: HttpRequest, conversation_id: str) -> HttpRes
         {"conversation": conv, "settings_form": form, "saved": form.is_valid()},
         status=200 if form.is_valid() else 400,
     )
+
+
+@login_required
+@require_POST
+def conversation_model(request: HttpRequest, conversation_id: str) -> HttpResponse:
+    """POST /c/<id>/model/ (field `model`): the model picked in the composer for this
+    conversation, remembered as soon as it is picked, not only with the next prompt (a reload
+    or a visit later shows it). Only a model this device and plan may pick (400 otherwise, as
+    a prompt naming it would get); 404 for anyone but the owner."""
+    conv = get_object_or_404(Conversation, id=conversation_id, user=request.user)
+    tier: TierDecision | None = getattr(request, "tier", None)
+    if tier is None:
+        return HttpResponse("No model can be picked here.", status=400)
+    try:
+        model = pick(request.POST.get("model", ""), with_choices(tier, request.user))
+    except LookupError:
+        return HttpResponse("That model is not available to you here.", status=400)
+    if model is None:
+        return HttpResponse("Pick a model.", status=400)
+    Conversation.objects.filter(pk=conv.pk).update(model=model)
+    return HttpResponse(status=204)

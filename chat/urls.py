@@ -16,6 +16,11 @@ urlpatterns = [
         settings_views.conversation_settings,
         name="conversation_settings",
     ),
+    path(
+        "c/<uuid:conversation_id>/model/",
+        settings_views.conversation_model,
+        name="conversation_model",
+    ),
     path("settings/", settings_views.user_settings, name="settings"),
     path("c/<uuid:conversation_id>/messages/", views.earlier_messages, name="earlier"),
     path("c/<uuid:conversation_id>/rename/", views.rename, name="rename"),

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from django.test import Client
 
 from chat.models import Conversation, Message, PickableModel, Plan, Quota
 from chat.tiers.policy import clear_policy_cache
@@ -164,3 +165,43 @@ async def test_a_plan_without_the_full_model_cannot_pick_it(
     error = await next_json(comm)
     assert error["code"] == "bad_request"
     assert recorded.snapshot() == []
+
+
+# --- POST /c/<id>/model/: a pick is kept as soon as it is made (new-user review) ---------------
+
+
+@pytest.mark.django_db
+def test_a_pick_is_stored_for_the_conversation_without_a_prompt(
+    django_user_model: Any,
+) -> None:
+    clear_policy_cache()  # no admin rows from other tests: phones may not pick the full model
+    owner = django_user_model.objects.create_user(username="picks", password="pw-for-tests")
+    other = django_user_model.objects.create_user(username="other", password="pw-for-tests")
+    conversation = Conversation.objects.create(user=owner, title="t", model="demo-lite")
+    url = f"/c/{conversation.id}/model/"
+    client = Client()  # a desktop: the full model is the default, the lite one pickable
+    client.force_login(owner)
+    assert client.post(url, {"model": "demo-full"}).status_code == 204
+    conversation.refresh_from_db()
+    assert conversation.model == "demo-full"
+    # The page shows it on the next visit: the picker selects it.
+    assert (
+        '<option value="demo-full" selected>'
+        in client.get(f"/c/{conversation.id}/").content.decode()
+    )
+    # Only what this device and plan may pick; never another user's conversation.
+    assert client.post(url, {"model": "gpt-evil"}).status_code == 400
+    assert client.post(url, {}).status_code == 400
+    intruder = Client()
+    intruder.force_login(other)
+    assert intruder.post(url, {"model": "demo-lite"}).status_code == 404
+    conversation.refresh_from_db()
+    assert conversation.model == "demo-full"
+    # A phone may not pick the full model here either (no admin row lets phones have it).
+    phone = Client(headers={"user-agent": PHONE_UA})
+    phone.force_login(owner)
+    assert phone.post(url, {"model": "demo-full"}).status_code == 400
+    # CSRF-protected like every POST.
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(owner)
+    assert strict.post(url, {"model": "demo-lite"}).status_code == 403

@@ -545,7 +545,7 @@ def test_choosing_a_tier_from_the_page_answers_with_the_new_badge_and_popover(
     body = response.content.decode()
     assert 'id="tier-badge" class="tier-badge" data-tier="full"' in body
     assert body.count('hx-swap-oob="true"') == 2
-    assert "Why: your choice on this device." in body
+    assert "Chosen by you on this device." in body
     assert 'value="auto">Back to the automatic choice' in body
     assert 'name="next" value="/c/x/"' in body
 
@@ -567,5 +567,6 @@ def test_a_phone_whose_plan_forbids_full_is_told_so_in_the_popover(
     assert "Your plan keeps this device on the lite model" in body
     assert 'name="tier"' not in body
     # The device is the reason: named once.
-    assert "Why: phone." in body
+    assert "Chosen because this looks like a phone." in body
+    assert "Why: phone." not in body  # said in words, not as a bare label (review)
     assert "Detected device" not in body

@@ -138,8 +138,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.sender: asyncio.Task[None] | None = None
         self.watching: dict[str, asyncio.Task[None] | Turn] = {}
         self.group = user_group(self.user_id)
-        # The conversation the tab shows: other tabs' turns elsewhere send it only what its
-        # conversation list needs (an HTML fragment with no target on its page is an error).
+        # The tab's conversation: turns elsewhere send it only its list's HTML (no orphan targets).
         self.showing = protocol.shown_conversation(self.scope.get("query_string", b""))
         await self.accept()
         draining.socket_opened(self)  # a graceful shutdown closes it (4503: reconnect)
@@ -152,6 +151,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 settings.CHAT_INSTANCE_ID,
                 device=self.tier.device,
                 reason=self.tier.reason,
+                why=self.tier.why,
                 models=[{"id": model, "label": label} for model, label in self.tier.models],
             )
         )

@@ -177,6 +177,44 @@ class TierDecision:
     mobile: bool = False
     models: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def why(self) -> str:
+        """The reason as a sentence for the badge and its popover: a bare "Why: phone." read
+        like a label, not an explanation (new-user review)."""
+        return why_sentence(self.reason)
+
+
+# What each device class looks like in a sentence ("this looks like a phone").
+_DEVICE_WORDS = {
+    PHONE: "a phone",
+    TABLET: "a tablet",
+    DESKTOP: "a desktop or laptop computer",
+    BOT: "an automated client, not a browser",
+}
+
+
+def why_sentence(reason: str) -> str:
+    """The sentence for the short `reason` of a decision, e.g. "Chosen because this looks
+    like a phone."."""
+    if reason in _DEVICE_WORDS:
+        return f"Chosen because this looks like {_DEVICE_WORDS[reason]}."
+    if reason == _device_reason(UNKNOWN):
+        return "Chosen because this device was not recognised: it gets the usual default."
+    if reason == CHOICE_REASON:
+        return "Chosen by you on this device."
+    if reason == PLAN_REASON:
+        return "Your plan answers with the lite model."
+    if reason == "data saver is on":
+        return "Chosen because data saver is on."
+    if reason.startswith("slow network"):
+        return f"Chosen because the network is slow{reason[len('slow network') :]}."
+    if reason.startswith("network ("):
+        return f"Chosen because of the network speed{reason[len('network') :]}."
+    if reason.endswith("(client hint)"):
+        says = "is not" if reason.startswith("not ") else "is"
+        return f"Chosen because the browser says it {says} on a mobile device."
+    return f"Chosen because: {reason}." if reason else ""
+
 
 def decide(signals: Signals, policy: Policy, *, allow_full_on_mobile: bool = False) -> TierDecision:
     """The tier and model for these signals.

@@ -76,33 +76,49 @@ export function countdownText(left) {
 
 /**
  * The tier badge's label, hover title and longer explanation for a `ready` frame
- * (`{tier, model, device, reason}`) or the page's own tier.
- * @param {{tier?: string, model?: string, device?: string, reason?: string}} info
- * @returns {{tier: string, label: string, title: string, details: string[]}}
+ * (`{tier, model, device, reason, why}`) or the page's own tier, and whether the popover's
+ * tier choice applies (`choosing`: not while a picked model answers instead of the tier's).
+ * `why` is the server's sentence for the reason ("Chosen because this looks like a phone.").
+ * @param {{tier?: string, model?: string, device?: string, reason?: string, why?: string}} info
+ * @param {{id: string, label?: string} | null} picked the model picked in the composer
+ * @returns {{tier: string, label: string, title: string, details: string[], choosing: boolean}}
  */
-export function tierBadge({ tier, model, device, reason } = {}, picked = null) {
+export function tierBadge({ tier, model, device, reason, why } = {}, picked = null) {
   const lite = tier === "lite";
   const name = lite ? "Lite model" : "Full model";
   // A model picked in the composer's picker answers instead of the device's default: the
-  // badge names what answers, and says the default in its details.
+  // badge names what answers, and the details say what the default is and how to go back,
+  // not what the default is good for nor (the caller hides it) a tier to switch to.
   const other = picked && picked.id && picked.id !== model ? picked : null;
   const label = other
     ? `${other.label || other.id} · picked`
     : model
       ? `${name} · ${model}`
       : name;
-  const why = reason ? `Why: ${reason}.` : "";
-  const details = [
-    other ? `You picked ${other.label || other.id} for this conversation.` : "",
-    `${name}${model ? ` (${model})` : ""} ${other ? "is this device's default" : "answers on this device"}.`,
-    why,
-    // "Why: phone." already names the device: say it once.
-    device && device !== reason ? `Detected device: ${device}.` : "",
-    lite
-      ? "The lite model is smaller and faster, and uses less data."
-      : "The full model gives the best answers.",
-  ].filter(Boolean);
-  return { tier: lite ? "lite" : "full", label, title: [label, why].filter(Boolean).join(" — "), details };
+  const because = why || (reason ? `Chosen because: ${reason}.` : "");
+  const named = `${lite ? "lite" : "full"} model${model ? ` (${model})` : ""}`;
+  const details = other
+    ? [
+        `You picked ${other.label || other.id} for this conversation: it answers here.`,
+        `This device's default is the ${named}. ${because}`.trim(),
+        "To go back to the default, pick it in the model list.",
+      ]
+    : [
+        `${name}${model ? ` (${model})` : ""} answers on this device.`,
+        because,
+        // A reason that is the device already names it: say it once.
+        device && device !== reason ? `Detected device: ${device}.` : "",
+        lite
+          ? "The lite model is smaller and faster, and uses less data."
+          : "The full model gives the best answers.",
+      ].filter(Boolean);
+  return {
+    tier: lite ? "lite" : "full",
+    label,
+    title: [label, other ? "" : because].filter(Boolean).join(" — "),
+    details,
+    choosing: !other,
+  };
 }
 
 /**

@@ -63,6 +63,7 @@ function onHtml(html) {
   window.htmx.swap(document.body, answers.withoutKeptBodies(html), { swapStyle: "none" });
   const conv = composer.conversationId();
   sidebar.adoptConversation(conv);
+  models.adopted(conv);
   thread.dropEmptyState();
   // A new answer shell not marked for watchers, while this tab waits, is its own turn
   // accepted, whether appended or in a whole new thread (an edit or a regeneration).
@@ -140,7 +141,7 @@ sidebar.start();
 versions.start();
 earlier.start();
 tier.start(socket.renew);
-models.onPick(tier.showPicked);
+models.onPick(tier.showPicked, composer.conversationId);
 answers.watchPage();
 copy.enhance(document);
 composer.autosize();

@@ -50,6 +50,9 @@ export function showTier(ready, picked = lastPicked) {
       return p;
     });
     info.querySelector(".details").replaceChildren(...paragraphs);
+    // While a picked model answers, switching the device's tier would change nothing here.
+    const choice = info.querySelector("#tier-choice");
+    if (choice) choice.hidden = !words.choosing;
   }
   for (const el of document.querySelectorAll("[data-model-name]")) el.textContent = ready.model;
 }

@@ -159,3 +159,67 @@ def test_instructions_and_a_system_prompt_reach_the_model(
     expect(second.locator(".body")).to_contain_text("Keep it short.")
     assert errors == []
     context.close()
+
+
+@pytest.mark.parametrize("device", list(DEVICES))
+def test_a_pick_sticks_to_its_conversation_as_soon_as_it_is_made(
+    browser: Browser, server: tuple[str, Recorded], device: str
+) -> None:
+    """New-user review: a pick was forgotten on reload until a message was sent, and switching
+    back to the default without sending still showed the old pick next time. And the badge's
+    popover spoke of the device's tier as if nothing were picked."""
+    base, _ = server
+    context = signed_in_context(browser, base, **DEVICES[device])
+    page = context.new_page()
+    errors = watch_for_errors(page)
+    frames = Frames(page)
+    page.goto("/")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    ready = frames.of_type("ready")[-1]
+    default = ready["models"][0]
+    other = next(m for m in ready["models"] if m["id"] != default["id"])
+    picker = page.get_by_label("Model", exact=True)
+    badge = page.locator("#tier-badge")
+
+    # A new chat: the pick survives a reload before anything is sent.
+    pick(page, other["label"])
+    page.reload()
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    expect(picker).to_have_value(other["id"])
+    expect(badge).to_contain_text(f"{other['label']} · picked")
+
+    # The popover says what answers and how to go back, not the default's pitch or its switch.
+    press(page, badge)
+    info = page.locator("#tier-info")
+    expect(info).to_be_visible()
+    expect(info).to_contain_text(f"You picked {other['label']} for this conversation")
+    expect(info).to_contain_text("Chosen because this looks like a")
+    expect(info).not_to_contain_text("gives the best answers")
+    expect(info).not_to_contain_text("smaller and faster")
+    expect(info.locator("#tier-choice")).to_be_hidden()
+    expect(info).not_to_contain_text("Why:")
+    press(page, info.get_by_role("button", name="Close"))
+
+    send(page, "/echo picked first")
+    answer = wait_for_answer(page, 1)
+    expect(answer).to_have_attribute("data-status", "complete")
+    expect(answer.locator(".meta .model")).to_have_text(other["id"])
+    page.wait_for_url("**/c/*/")
+    conversation = page.url
+
+    # In that conversation: back to the default, sent nowhere, then away and back.
+    pick(page, default["label"])
+    expect(badge).not_to_contain_text("picked")
+    page.goto("/")  # a new chat starts from the device's default again
+    expect(picker).to_have_value(default["id"])
+    page.goto(conversation)
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    expect(picker).to_have_value(default["id"])
+    expect(badge).not_to_contain_text("picked")
+    press(page, badge)
+    expect(info).to_be_visible()
+    expect(info).not_to_contain_text("You picked")
+    expect(info.locator("#tier-choice")).to_have_count(1)
+    assert frames.of_type("prompt", sent=True)[-1]["text"] == "/echo picked first"
+    assert errors == []
+    context.close()

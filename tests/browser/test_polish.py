@@ -159,7 +159,12 @@ def test_the_tier_badge_explains_itself_and_follows_the_ready_frame(
             if isinstance(message, str) and message.startswith("{"):
                 frame = json.loads(message)
                 if frame["type"] == "ready":
-                    frame.update(tier="lite", model="demo-lite", reason="data saver is on")
+                    frame.update(
+                        tier="lite",
+                        model="demo-lite",
+                        reason="data saver is on",
+                        why="Chosen because data saver is on.",
+                    )
                     # As the server would for the lite tier: its default model first.
                     models = frame.get("models") or []
                     lite = [m for m in models if m["id"] == "demo-lite"] or [
@@ -181,7 +186,7 @@ def test_the_tier_badge_explains_itself_and_follows_the_ready_frame(
     badge.click()
     info = page.locator("#tier-info")
     expect(info).to_be_visible()
-    expect(info).to_contain_text("Why: data saver is on.")
+    expect(info).to_contain_text("Chosen because data saver is on.")
     expect(info).to_contain_text("Detected device: desktop.")
     page.keyboard.press("Escape")
     expect(info).to_be_hidden()
@@ -197,7 +202,9 @@ def test_the_page_tier_badge_shows_the_reason_before_the_socket_connects(
     page.goto("/")
     badge = page.locator("#tier-badge")
     expect(badge).to_have_text("Full model · demo-full")
-    expect(badge).to_have_attribute("title", re.compile(r"Why: desktop\."))
+    expect(badge).to_have_attribute(
+        "title", re.compile(r"looks like a desktop or laptop computer\.")
+    )
     context.close()
 
 

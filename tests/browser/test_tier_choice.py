@@ -95,7 +95,7 @@ def test_choosing_the_lite_model_changes_the_tier_and_sends_nothing(
     choose(page, frames, "Use the lite model (saves data)", "lite")
     nothing_was_sent(page, frames)
     press(page, page.locator("#tier-badge"))
-    expect(page.locator("#tier-info")).to_contain_text("Why: your choice on this device.")
+    expect(page.locator("#tier-info")).to_contain_text("Chosen by you on this device.")
     # The choice is remembered for this device, and can be undone the same way.
     page.keyboard.press("Escape")
     page.reload()
@@ -141,7 +141,7 @@ def test_on_a_phone_whose_plan_forbids_full_the_popover_says_so(
     expect(info).to_contain_text("Your plan keeps this device on the lite model")
     expect(info.get_by_role("button", name=re.compile("full model"))).to_have_count(0)
     # The device is named once, not as the reason and again as the detected device.
-    expect(info).to_contain_text("Why: phone.")
+    expect(info).to_contain_text("Chosen because this looks like a phone.")
     expect(info).not_to_contain_text("Detected device")
     press(page, info.get_by_role("button", name="Close"))
     expect(info).to_be_hidden()

@@ -76,32 +76,47 @@ describe("alertCountdown", () => {
 });
 
 describe("tierBadge", () => {
-  test("it names the tier and the model, and says why on hover", () => {
-    const words = tierBadge({ tier: "lite", model: "demo-lite", device: "phone", reason: "phone" });
+  test("it names the tier and the model, and says why on hover, in words", () => {
+    const why = "Chosen because this looks like a phone.";
+    const ready = { tier: "lite", model: "demo-lite", device: "phone", reason: "phone", why };
+    const words = tierBadge(ready);
     assert.equal(words.tier, "lite");
     assert.equal(words.label, "Lite model · demo-lite");
-    assert.equal(words.title, "Lite model · demo-lite — Why: phone.");
+    assert.equal(words.title, `Lite model · demo-lite — ${why}`);
+    assert.ok(words.choosing);
   });
 
   test("a model picked instead of the device's default is what it names", () => {
-    const ready = { tier: "full", model: "demo-full", device: "desktop", reason: "desktop" };
+    const why = "Chosen because this looks like a desktop or laptop computer.";
+    const ready = { tier: "full", model: "demo-full", device: "desktop", reason: "desktop", why };
     const words = tierBadge(ready, { id: "demo-lite", label: "Demo Lite (fast)" });
     assert.equal(words.label, "Demo Lite (fast) · picked");
-    assert.equal(words.details[0], "You picked Demo Lite (fast) for this conversation.");
-    assert.ok(words.details.includes("Full model (demo-full) is this device's default."));
+    assert.equal(words.details[0], "You picked Demo Lite (fast) for this conversation: it answers here.");
+    assert.equal(words.details[1], `This device's default is the full model (demo-full). ${why}`);
+    // Not the default's praise, nor its tier choice, as if nothing were picked (review).
+    assert.ok(words.details.every((line) => !line.includes("best answers")));
+    assert.equal(words.choosing, false);
     // Picking the default itself changes nothing.
     const same = tierBadge(ready, { id: "demo-full", label: "Demo Full" });
     assert.equal(same.label, "Full model · demo-full");
+    assert.ok(same.choosing);
+    assert.ok(same.details.includes("The full model gives the best answers."));
   });
 
   test("it names the device once when the device is the reason", () => {
-    const words = tierBadge({ tier: "lite", model: "demo-lite", device: "phone", reason: "phone" });
+    const why = "Chosen because this looks like a phone.";
+    const words = tierBadge({ tier: "lite", model: "demo-lite", device: "phone", reason: "phone", why });
     assert.deepEqual(
       words.details.filter((line) => line.includes("phone")),
-      ["Why: phone."],
+      [why],
     );
-    const saver = tierBadge({ tier: "lite", device: "phone", reason: "data saver is on" });
-    assert.ok(saver.details.includes("Why: data saver is on."));
+    const saver = tierBadge({
+      tier: "lite",
+      device: "phone",
+      reason: "data saver is on",
+      why: "Chosen because data saver is on.",
+    });
+    assert.ok(saver.details.includes("Chosen because data saver is on."));
     assert.ok(saver.details.includes("Detected device: phone."));
   });
 
