@@ -195,3 +195,35 @@ async def test_continue_waits_for_a_stream_slot(
     await comm.send_to(text_data=json.dumps({"type": "stop", "mid": running}))
     assert (await message(mid)).text == first["text"]
     assert re.fullmatch(r"[^\x00]+", first["text"])
+
+
+async def test_a_stopped_then_continued_answer_counts_the_whole_answer_once(
+    connect: Any, owner: Any, settings: Any, slow_demo_upstream: str
+) -> None:
+    """New-user review: a stopped `/long 400` said "518 out (estimated)" for fewer tokens than
+    that, and after Continue the count was the estimate plus the rest, without "(estimated)".
+    A stopped answer is estimated from the text deltas the model streamed (about one token
+    each; never more than the ~4 chars rule), and the whole answer's count stays an estimate."""
+    settings.LLM_BASE_URL = slow_demo_upstream
+    comm = await connect(owner)
+    await comm.send_to(text_data=ask("/long 300"))
+    mid = assistant_mid(await comm.receive_from(timeout=10))
+    first = await next_json(comm)
+    for _ in range(5):
+        first = await next_json(comm)
+    await comm.send_to(text_data=json.dumps({"type": "stop", "mid": mid}))
+    stopped = await receive_until_done(comm, mid, after=first["seq"])
+    saved = await message(mid)
+    streamed = next(n for n in range(301) if "".join(long_tokens(n)) == saved.text)
+    assert 0 < streamed < 300
+    # The demo's words are ~6.5 characters a token: the rule alone says more than it streamed.
+    assert len(saved.text) / 4 > streamed
+    assert saved.completion_tokens == streamed and saved.usage_estimated
+    assert stopped["done"]["usage"]["completion_tokens"] == streamed
+
+    rest = await continued(comm, mid, stopped["done"]["seq"] - 1)
+    saved = await message(mid)
+    assert saved.text == "".join(long_tokens(300))
+    # The whole answer: what was streamed before Stop plus what the model counted after it.
+    assert saved.completion_tokens == 300 == rest["done"]["usage"]["completion_tokens"]
+    assert saved.usage_estimated  # part of it was estimated

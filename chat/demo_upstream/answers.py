@@ -219,7 +219,13 @@ def continue_plan(plan: AnswerPlan, partial: str) -> AnswerPlan:
     answer. A continuation is never cut again."""
     planned = "".join(plan.tokens)
     if partial and planned.startswith(partial):
-        plan.tokens = tokenize(planned[len(partial) :])
+        # The planned tokens after it when it ends between two (as a stop leaves it): then the
+        # two requests' usage adds up to the whole answer's, whatever its tokenizer was.
+        ends, done = [], 0
+        for token in plan.tokens:
+            ends.append(done := done + len(token))
+        at = ends.index(len(partial)) + 1 if len(partial) in ends else None
+        plan.tokens = plan.tokens[at:] if at is not None else tokenize(planned[len(partial) :])
     plan.cut = False
     return plan
 

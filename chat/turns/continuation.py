@@ -16,6 +16,7 @@ from chat.models import Conversation, Message
 from chat.preferences import system_message
 from chat.tokens import chars_to_tokens
 from chat.turns.streamlog import StreamLogUnavailable, get_stream_log
+from chat.upstream.items import Usage
 
 NOT_CONTINUABLE = "Only a stopped, cut or length-limited answer can be continued."
 ALREADY = "That answer is already going on."
@@ -31,7 +32,7 @@ class Reopened:
     html: str  # its rendered text, which the continuation's shell keeps showing
     text: str
     chunk_count: int
-    usage: tuple[int, int]  # prompt and completion tokens it had used
+    usage: Usage  # the prompt and completion tokens it had used
     prompt: Message  # the prompt it answers
     was: str  # its status before: stopped, failed (cut) or complete (length-limited)
 
@@ -112,7 +113,7 @@ def do_continue(
         html,
         answer.text,
         answer.chunk_count,
-        (answer.prompt_tokens, answer.completion_tokens),
+        Usage(answer.prompt_tokens, answer.completion_tokens, answer.usage_estimated),
         prompt,
         previous,
     )

@@ -76,7 +76,7 @@ async def start_turn(
     try:
         earlier = None
         if reopened is not None:
-            earlier = (await earlier_chunks(reopened), *reopened.usage)
+            earlier = (await earlier_chunks(reopened), reopened.usage)
         budget = await fit_budget(exchange.history, admission, tier.max_tokens)
     except BaseException:
         # No turn will own the admission: give it back (the stored answer's lease runs out

@@ -22,7 +22,8 @@ from chat.limits.budget import QUOTA_REACHED, AnswerMeter, Fitted, QuotaReached
 from chat.logging import bind_turn
 from chat.models import LENGTH_LIMITED, Message
 from chat.rendering import Block
-from chat.tokens import chars_to_tokens, estimate_tokens
+from chat.tokens import chars_to_tokens
+from chat.tokens import estimate_streamed_tokens as _estimate
 from chat.turns.control import get_control
 from chat.turns.live_blocks import LiveBlocks
 from chat.turns.model_client import get_client
@@ -81,7 +82,7 @@ class Turn:
         on_end: Callable[[Turn], None] | None = None,
         streaming: Callable[[], int] = lambda: 1,
         received: float | None = None,
-        earlier: tuple[list[str], int, int] | None = None,
+        earlier: tuple[list[str], Usage] | None = None,
     ) -> None:
         self.mid = mid
         self.conversation_id = conversation_id
@@ -96,12 +97,10 @@ class Turn:
         self._meter = AnswerMeter(budget) if budget is not None else None
         self.on_end = on_end
         self.streaming = streaming  # turns streaming in this process: coalescing widens
-        # A continuation (Continue) starts with the answer's earlier chunks and usage: its own
-        # chunks go on from their seqs, and it saves the whole answer.
-        earlier_chunks, earlier_prompt, earlier_completion = earlier or ([], 0, 0)
+        # Continue starts from the answer's earlier chunks and usage; it saves the whole answer.
+        earlier_chunks, self._earlier_usage = earlier or ([], Usage(0, 0, False))
         self.chunks: list[str] = list(earlier_chunks)
         self._base = len(self.chunks)
-        self._earlier_usage = (earlier_prompt, earlier_completion)
         # The answer's final blocks, rendered once as their text arrives (docs/protocol.md).
         self.block_frames: list[str] = []
         self._blocks = LiveBlocks(mid, self._send_blocks)
@@ -116,6 +115,7 @@ class Turn:
         self._last_flush = float("-inf")
         self._interval = settings.CHAT_COALESCE_MS / 1000
         self._usage: Usage | None = None
+        self._deltas = 0  # the upstream's text deltas: its tokens, if it sends no usage
         self._finish_reason = ""
         self._ttft_ms: int | None = None
         self._started = 0.0
@@ -203,6 +203,7 @@ class Turn:
                         # sent or logged, so what a tab shows is exactly what is stored.
                         delta = item.text.replace("\x00", "")
                         if delta:
+                            self._deltas += 1
                             self._pending.append(delta)
                             self._schedule_flush(loop)
                     elif isinstance(item, Usage):
@@ -352,21 +353,20 @@ class Turn:
         return "".join(self.chunks[self._base :])
 
     def _total(self, usage: Usage) -> Usage:
-        """The answer's usage as saved: a continuation adds to what the answer had used."""
-        prompt, completion = self._earlier_usage
+        """The answer's usage as saved: a continuation adds what it had (estimated if either is)."""
+        earlier = self._earlier_usage
         return Usage(
-            _clamp_tokens(usage.prompt_tokens + prompt),
-            _clamp_tokens(usage.completion_tokens + completion),
-            usage.estimated,
+            _clamp_tokens(usage.prompt_tokens + earlier.prompt_tokens),
+            _clamp_tokens(usage.completion_tokens + earlier.completion_tokens),
+            usage.estimated or earlier.estimated,
         )
 
     def _usage_of(self, text: str) -> Usage:
-        """What the answer used: the upstream's counts, clamped to what can be stored and
-        counted (a hostile upstream may send negative or absurd numbers), else an estimate."""
+        """The upstream's counts, clamped (a hostile upstream may send any), else an estimate."""
         usage = self._usage
         if usage is None:
             prompt_chars = sum(len(m["content"]) for m in self.messages)
-            return Usage(chars_to_tokens(prompt_chars), estimate_tokens(text), True)
+            return Usage(chars_to_tokens(prompt_chars), _estimate(text, self._deltas), True)
         return Usage(
             _clamp_tokens(usage.prompt_tokens), _clamp_tokens(usage.completion_tokens), False
         )
@@ -388,7 +388,7 @@ class Turn:
                     chunk_count=len(self.chunks),
                     prompt_tokens=self._total(usage).prompt_tokens,
                     completion_tokens=self._total(usage).completion_tokens,
-                    usage_estimated=usage.estimated,
+                    usage_estimated=self._total(usage).estimated,
                     ttft_ms=self._ttft_ms,
                 ),
                 usage=(
