@@ -47,7 +47,12 @@ export class LiveView {
     }
     if (this.line) {
       // What the line being written changes is undone before it is drawn again.
-      this.saved = { group: this.group, groupKind: this.groupKind, code: this.code };
+      this.saved = {
+        group: this.group,
+        groupKind: this.groupKind,
+        code: this.code,
+        lists: this.lists,
+      };
       this.drawLine(this.line, false);
     }
   }
@@ -106,6 +111,7 @@ export class LiveView {
     this.reader = new TailReader();
     this.group = null; // the element the next line of the same kind goes into
     this.groupKind = "";
+    this.lists = []; // the open list at each depth, outermost (this.group) first
     this.code = null; // the <code> of an open fence
     this.partial = []; // the nodes of the line being written
     this.saved = null; // the group before the line being written was drawn
@@ -130,6 +136,7 @@ export class LiveView {
   endGroup() {
     this.group = null;
     this.groupKind = "";
+    this.lists = [];
   }
 
   /** Add one line to the preview; a line being written (`complete` false) is redrawn later. */
@@ -190,8 +197,20 @@ export class LiveView {
       }
       case "bullet":
       case "ordered": {
+        // A nested item goes in a list inside the last item one level up, as the server's
+        // render will put it: drawn at the top level it moved right when the list's block came.
         const kind = info.kind === "bullet" ? "ul" : "ol";
-        const list = this.groupFor(kind, made, () => document.createElement(kind));
+        const depth = info.depth ?? 0;
+        const parent = depth ? this.lists[depth - 1]?.lastElementChild : null;
+        let list;
+        if (parent) {
+          const same = this.lists[depth];
+          list = same?.parentElement === parent && same.localName === kind ? same : null;
+          if (!list) parent.append(made((list = document.createElement(kind))));
+        } else {
+          list = this.groupFor(kind, made, () => document.createElement(kind));
+        }
+        this.lists = [...this.lists.slice(0, parent ? depth : 0), list];
         list.append(made(spansInto(document.createElement("li"), info.text)));
         break;
       }
@@ -202,8 +221,10 @@ export class LiveView {
       }
       default: {
         // Paragraph text; after a list item or a quote it continues that item (lazily).
-        const host =
-          this.groupKind === "ul" || this.groupKind === "ol" || this.groupKind === "quote"
+        const inList = this.groupKind === "ul" || this.groupKind === "ol";
+        const host = inList
+          ? (this.lists.at(-1) ?? this.group).lastElementChild
+          : this.groupKind === "quote"
             ? this.group.lastElementChild
             : this.groupFor("p", made, () => document.createElement("p"));
         if (!host) break;
@@ -221,6 +242,7 @@ export class LiveView {
     this.tail.append(made(group));
     this.group = group;
     this.groupKind = kind;
+    this.lists = [];
     return group;
   }
 }

@@ -6,8 +6,8 @@
 
 const FENCE_RE = /^ {0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)/;
 const HEADING_RE = /^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$/;
-const BULLET_RE = /^ {0,3}[-+*][ \t]+(.*)$/;
-const ORDERED_RE = /^ {0,3}\d{1,9}[.)][ \t]+(.*)$/;
+// A list item at any indent: where it nests depends on the items open above it.
+const ITEM_RE = /^( *)([-+*]|\d{1,9}[.)])([ \t]+)(.*)$/;
 const QUOTE_RE = /^ {0,3}>[ \t]?(.*)$/;
 const RULE_RE = /^ {0,3}(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,})$/;
 const MATH_OPEN_RE = /^ {0,3}(\$\$|\\\[)[ \t]*$/;
@@ -18,6 +18,11 @@ export class TailReader {
   constructor() {
     this.fence = null; // {marker, length, lang} while a fence is open
     this.mathCloser = ""; // "$$" or "\\]" while a display formula's lines are open
+    // The list items open above the line, outermost first: the column their text starts at.
+    // An item indented to an open item's text nests inside it, as markdown-it nests it
+    // ("- a" then "  - b": b is a's sub-item, however it looked while streaming).
+    this.items = [];
+    this.blank = false; // the last complete line was blank
   }
 
   /**
@@ -59,17 +64,50 @@ export class TailReader {
       if (complete) this.fence = { marker: fence[1][0], length: fence[1].length, lang };
       return { kind: "fence", lang };
     }
-    if (!line.trim()) return { kind: "blank" };
+    if (!line.trim()) {
+      if (complete) this.blank = true;
+      return { kind: "blank" };
+    }
+    const info = this.readBlock(line, complete);
+    if (complete) {
+      // Text goes on in the item above (lazily, or indented after a blank line); anything
+      // else ends the open items.
+      const inItem = info.kind === "text" && (!this.blank || /^ /.test(line));
+      if (!inItem && info.depth === undefined && !/bullet|ordered/.test(info.kind)) this.items = [];
+      this.blank = false;
+    }
+    return info;
+  }
+
+  readBlock(line, complete) {
+    const item = RULE_RE.test(line) ? null : this.listItem(line, complete);
+    if (item) return item;
     if (RULE_RE.test(line)) return { kind: "rule" };
     let match = HEADING_RE.exec(line);
     if (match) return { kind: "heading", level: match[1].length, text: match[2] || "" };
-    match = BULLET_RE.exec(line);
-    if (match) return { kind: "bullet", text: match[1] };
-    match = ORDERED_RE.exec(line);
-    if (match) return { kind: "ordered", text: match[1] };
     match = QUOTE_RE.exec(line);
     if (match) return { kind: "quote", text: match[1] };
     return { kind: "text", text: line.trim() };
+  }
+
+  /**
+   * A list item (bullet or ordered) and its `depth`: how many open items it nests in (left
+   * out at 0). A line indented 4 or more columns past every open item is not an item.
+   * @returns {{kind: string, text: string, depth?: number} | null}
+   */
+  listItem(line, complete) {
+    const match = ITEM_RE.exec(line.replace(/\t/g, "    "));
+    if (!match) return null;
+    const [, spaces, marker, gap, text] = match;
+    const indent = spaces.length;
+    const open = this.items.filter((column) => column <= indent);
+    const parent = open.length ? open[open.length - 1] : 0;
+    if (indent - parent > 3) return null; // indented code, or text of the item above
+    // The item's text starts after the marker and its spaces (one, if more than four follow).
+    const column = indent + marker.length + (gap.length > 4 ? 1 : gap.length);
+    if (complete) this.items = [...open, column];
+    const kind = /\d/.test(marker) ? "ordered" : "bullet";
+    return open.length ? { kind, text, depth: open.length } : { kind, text };
   }
 }
 

@@ -219,3 +219,62 @@ def test_a_formula_in_a_list_still_being_written_shows_no_dollar_signs(
     if not is_touch(page):
         assert errors == []
     context.close()
+
+
+# Where each list item's text starts, relative to the answer's body, and how deep it sits.
+ITEM_PLACES = """
+(article) => {
+  const body = article.querySelector(".body");
+  const origin = body.getBoundingClientRect();
+  return [...body.querySelectorAll("li")].map((li) => {
+    const box = li.getBoundingClientRect();
+    let depth = 0;
+    for (let up = li.parentElement; up && up !== body; up = up.parentElement) {
+      if (up.localName === "li") depth += 1;
+    }
+    return { text: li.firstChild?.textContent.trim() ?? "", depth,
+             place: [box.top - origin.top, box.left - origin.left] };
+  });
+}
+"""
+
+
+@pytest.mark.parametrize("device", ["desktop", *PHONES])
+def test_a_nested_list_item_stays_nested_and_in_place_when_stopped_mid_list(
+    browser: Browser, server: str, device: str
+) -> None:
+    """New-user review (`/markdown 2000`): an item indented under the one above ("  - …") was
+    drawn top-level while the list streamed, and jumped in as a sub-item when Stop brought the
+    server's render. The preview nests it as markdown-it does: nothing moves at Stop."""
+    items = []
+    for i in range(14):
+        items.append(f"- item {i} says a few words about the list")
+        if i % 3 == 0:
+            items.append(f"  - sub-item {i} goes under item {i}")
+    context = signed_in_context(browser, server, **DEVICES[device])
+    page = context.new_page()
+    errors = watch_for_errors(page)
+    page.goto("/")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    send(page, "/echo " + "\n".join(["A list:", "", *items, "", "The end."]))
+    answer = wait_for_answer(page, 1)
+    # Two sub-items written (the list is one block: all of it is still the live preview).
+    answer.locator(".live-tail li", has_text="item 4 says").wait_for()
+    before = {item["text"]: item for item in answer.evaluate(ITEM_PLACES)}
+    expect(answer).to_have_attribute("data-status", "streaming")
+    press(page, page.get_by_role("button", name="■ Stop"))
+    expect(answer).to_have_attribute("data-status", "stopped", timeout=30_000)
+    expect(answer.locator(".body .live-tail")).to_have_count(0)
+    # Items drawn after the snapshot only add below; the line being written then has
+    # another text now, and is skipped.
+    after = {item["text"]: item for item in answer.evaluate(ITEM_PLACES)}
+    assert any(item["depth"] == 1 for item in before.values())
+    assert any(item["depth"] == 1 for item in after.values())
+    for text, item in before.items():
+        if text not in after:
+            continue  # the line being written when Stop came
+        assert item["depth"] == after[text]["depth"], (text, item, after[text])
+        assert close(item["place"], after[text]["place"]), (text, item, after[text])
+    if not is_touch(page):
+        assert errors == []
+    context.close()

@@ -162,3 +162,40 @@ describe("dropCodePoints", () => {
     assert.deepEqual(dropCodePoints("abc", 0), { rest: "abc", missing: 0 });
   });
 });
+
+describe("TailReader nested list items", () => {
+  test("an item indented to the text of the item above nests in it, as markdown-it nests it", () => {
+    // From `/markdown 2000`: "  - …" under "- …" showed top-level while streaming and became a
+    // sub-item after Stop (new-user review).
+    const reader = new TailReader();
+    assert.deepEqual(reader.read("- first"), { kind: "bullet", text: "first" });
+    assert.deepEqual(reader.read("  - inner"), { kind: "bullet", text: "inner", depth: 1 });
+    assert.deepEqual(reader.read("    - deeper"), { kind: "bullet", text: "deeper", depth: 2 });
+    assert.deepEqual(reader.read("- second"), { kind: "bullet", text: "second" });
+  });
+
+  test("an ordered item's text starts further right: two spaces are not enough to nest", () => {
+    const reader = new TailReader();
+    reader.read("1. step");
+    assert.deepEqual(reader.read("   - detail"), { kind: "bullet", text: "detail", depth: 1 });
+    assert.deepEqual(reader.read("  - next list"), { kind: "bullet", text: "next list" });
+  });
+
+  test("the line being written does not open an item; a heading ends the items", () => {
+    const reader = new TailReader();
+    reader.read("- a", false);
+    assert.deepEqual(reader.read("  - b"), { kind: "bullet", text: "b" }); // "- a" was not complete
+    reader.read("- a");
+    reader.read("## Next");
+    assert.deepEqual(reader.read("  - c"), { kind: "bullet", text: "c" });
+  });
+
+  test("lazy text stays in the item; indented code past every item is not an item", () => {
+    const reader = new TailReader();
+    reader.read("- a");
+    reader.read("goes on");
+    assert.deepEqual(reader.read("  - b"), { kind: "bullet", text: "b", depth: 1 });
+    const fresh = new TailReader();
+    assert.equal(fresh.read("    - code").kind, "text");
+  });
+});
