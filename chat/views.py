@@ -12,7 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigger_client_event
+from django_htmx.http import reswap, retarget, trigger_client_event
 
 from chat import branches, conversations, protocol
 from chat.demo_upstream.answers import MODELS as DEMO_MODELS
@@ -242,9 +242,12 @@ def delete(request: HttpRequest, conversation_id: str) -> HttpResponse:
         # Here at once (on the event loop, where the turn runs), elsewhere through the
         # control channel; the turn ends `stopped` and settles its slot and reservation.
         async_to_sync(registry.stop)(mid)
+    response = HttpResponse("")
     if request.POST.get("current") == str(conversation_id):
-        return HttpResponseClientRedirect("/")
-    return HttpResponse("")
+        # The page shows what is gone: sidebar.js makes it a new chat in place of its history
+        # entry, so neither Back nor a reload lands on the deleted conversation's 404.
+        trigger_client_event(response, "open-conversation-deleted")
+    return response
 
 
 def _tier_context(request: HttpRequest, tier: TierDecision | None) -> dict[str, object]:

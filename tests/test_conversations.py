@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -78,7 +79,9 @@ def test_rename_and_delete_work_on_your_own_and_404_on_anyone_elses(
     assert client_of.post(f"/c/{theirs.id}/pin/").status_code == 404
     theirs.refresh_from_db()
     assert (theirs.title, theirs.pinned) == ("theirs", False)
-    assert client_of.post(f"/c/{mine.id}/delete/", {"current": str(mine.id)})["HX-Redirect"] == "/"
+    deleted = client_of.post(f"/c/{mine.id}/delete/", {"current": str(mine.id)})
+    # The page showing it becomes a new chat (sidebar.js replaces its history entry).
+    assert json.loads(deleted["HX-Trigger"]) == {"open-conversation-deleted": {}}
     assert not Conversation.objects.filter(pk=mine.pk).exists()
 
 

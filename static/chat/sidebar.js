@@ -36,6 +36,9 @@ export function start() {
   document.addEventListener("click", (event) => {
     for (const menu of openMenus()) if (!menu.contains(event.target)) menu.open = false;
   });
+  // The open conversation was deleted (chat/views.py `delete`): a new chat replaces this
+  // history entry, so Back and a reload do not land on the deleted conversation's 404.
+  document.body.addEventListener("open-conversation-deleted", () => location.replace("/"));
 }
 
 /**

@@ -268,3 +268,36 @@ def test_a_menu_opened_near_the_lists_end_is_wholly_in_view_and_covers_no_other_
         assert seen(menu.get_by_role("button", name=control)), control
     assert errors == []
     context.close()
+
+
+@pytest.mark.parametrize("device", list(DEVICES))
+def test_deleting_the_open_conversation_leaves_no_way_back_to_it(
+    browser: Browser, server: str, device: str
+) -> None:
+    context = signed_in_context(browser, server, **DEVICES[device])
+    page = open_chat(context)
+    errors = watch_for_errors(page)
+    page.on("dialog", lambda dialog: dialog.accept())  # hx-confirm asks before deleting
+    new_conversation(page, "kept")
+    kept = page.url
+    new_conversation(page, "doomed")
+
+    open_list(page)
+    current = page.locator("#conversation-list > li.current")
+    expect(current.locator("a[aria-current]")).to_have_text("/echo doomed")
+    press(page, current.locator("summary"))
+    press(page, current.get_by_role("button", name="Delete"))
+    # A new chat, at the new chat's address: a reload stays there.
+    expect(page).to_have_url(re.compile(r"/$"))
+    expect(page.locator("#empty-state")).to_be_visible()
+    expect(page.locator("#chat-title")).to_have_text("New chat")
+    page.reload()
+    expect(page.locator("#empty-state")).to_be_visible()
+    # Back goes to the conversation before it, not to the deleted one's 404 (the new chat
+    # took the deleted one's place in the history instead of being added after it).
+    response = page.go_back()
+    assert response is not None and response.status == 200, response and response.status
+    expect(page).to_have_url(kept)
+    expect(page.locator("article.msg-user .body")).to_have_text(["/echo kept"])
+    assert errors == []
+    context.close()
