@@ -68,5 +68,6 @@ def feedback(request: HttpRequest, mid: str) -> HttpResponse:
     return render(
         request,
         "chat/partials/feedback.html",
-        {"m": message, "vote": vote, "sent": comment is not None and vote.comment},
+        # The comment form was sent: it closes, and the thanks stays with the vote buttons.
+        {"m": message, "vote": vote, "sent": comment is not None},
     )

@@ -59,7 +59,12 @@ def test_the_owner_votes_and_changes_their_mind_one_vote_per_answer(owner: Any) 
     response = client.post(url, {"value": "down"}, HTTP_HX_REQUEST="true")
     # A 👎 opens the box for what was wrong.
     assert 'name="comment"' in response.content.decode()
-    client.post(url, {"value": "down", "comment": "It made up a date."}, HTTP_HX_REQUEST="true")
+    sent = client.post(
+        url, {"value": "down", "comment": "It made up a date."}, HTTP_HX_REQUEST="true"
+    )
+    # Sent: the box closes, so nothing invites a second send; the thanks stays.
+    assert 'name="comment"' not in sent.content.decode()
+    assert "Thanks, your feedback was sent." in sent.content.decode()
     vote = Feedback.objects.get()  # still one row: the vote changed, it was not added
     assert (vote.vote, vote.comment, vote.user_id) == ("down", "It made up a date.", owner.pk)
     # A 👎 without the comment field keeps the comment; a 👍 drops it (it said what was wrong).

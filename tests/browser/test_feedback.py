@@ -55,6 +55,12 @@ def test_a_thumbs_down_with_a_comment_reaches_the_admin(
     page.keyboard.type(comment)
     press(page, answer.get_by_role("button", name="Send feedback"))
     expect(answer.get_by_role("status")).to_have_text("Thanks, your feedback was sent.")
+    # Sent: the form closes (no box, no second Send feedback); the thanks and the vote stay.
+    expect(answer.get_by_label("What was wrong with this answer? (optional)")).to_have_count(0)
+    expect(answer.get_by_role("button", name="Send feedback")).to_have_count(0)
+    expect(answer.get_by_role("button", name="Bad answer")).to_have_attribute(
+        "aria-pressed", "true"
+    )
 
     # Still there when the conversation is opened again.
     page.reload()
