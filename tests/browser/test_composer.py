@@ -123,7 +123,8 @@ def test_the_next_question_can_be_typed_while_an_answer_streams(
     status = page.locator("#composer-status")
     if touch:
         expect(status).to_contain_text("Send works once this answer ends")
-        expect(page.get_by_role("button", name="Send")).to_be_disabled()
+        # Stop has Send's place until the answer ends (test_stop_takes_sends_place_on_a_phone).
+        expect(page.get_by_role("button", name="Send")).to_be_hidden()
     else:
         expect(status).to_contain_text("Enter works when it ends · Esc stops")
         # The whole line shows at 1280 px beside the badge, picker and meter (it was cut to
@@ -161,11 +162,9 @@ def test_the_next_question_can_be_typed_while_an_answer_streams(
     page.context.close()
 
 
-@pytest.mark.parametrize("device", ["desktop", *PHONES])
-def test_the_box_shrinks_back_to_its_text_once_stop_is_gone(
-    browser: Browser, server: str, device: str
-) -> None:
-    page, _ = open_page(browser, server, device)
+# A desktop only: on a phone Stop takes Send's place, and the box keeps its width (below).
+def test_the_box_shrinks_back_to_its_text_once_stop_is_gone(browser: Browser, server: str) -> None:
+    page, _ = open_page(browser, server, "desktop")
     errors = watch_for_errors(page)
     box = page.locator("#prompt")
     one_line = box.bounding_box()["height"]  # type: ignore[index]
@@ -231,8 +230,9 @@ def test_a_short_window_leaves_the_answer_most_of_its_height_and_every_control_w
     # The status line and the tier row took so much that the answer had about a third of the
     # height while it streamed (from a review); now it keeps more than half.
     assert answer_share() >= 0.5, answer_share()
-    for control in ("#prompt", "#stop", "#send", "#tier-badge"):
+    for control in ("#prompt", "#stop", "#tier-badge"):
         on_screen(page, control)
+    expect(page.locator("#send")).to_be_hidden()  # Stop has its place while the answer streams
     if page.locator("#model-picker").is_visible():
         on_screen(page, "#model-picker")
 
@@ -242,6 +242,7 @@ def test_a_short_window_leaves_the_answer_most_of_its_height_and_every_control_w
     press(page, page.get_by_role("button", name="Stop"))
     expect(answer).to_have_attribute("data-status", "stopped")
     assert answer_share() >= 0.5, answer_share()
+    on_screen(page, "#send")
     press(page, page.get_by_role("button", name="Send"))
     second = wait_for_answer(page, 2)
     expect(second).to_have_attribute("data-status", "complete")
@@ -255,6 +256,61 @@ def test_a_short_window_leaves_the_answer_most_of_its_height_and_every_control_w
     # A tall window again (the keyboard closed): the full composer, with its hints.
     page.set_viewport_size({"width": 360, "height": 740})
     expect(page.locator("#composer-keys")).to_be_visible()
+    assert frames.of_type("error") == []
+    assert errors == []
+    page.context.close()
+
+
+@pytest.mark.parametrize("device", list(DEVICES))
+def test_stop_takes_sends_place_on_a_phone_and_the_box_keeps_its_width(
+    browser: Browser, server: str, device: str
+) -> None:
+    page, frames = open_page(browser, server, device)
+    errors = watch_for_errors(page)
+    touch = device != "desktop"
+    box = page.locator("#prompt")
+    draft = "And the second one?"
+    # The draft fits on one line of the box as it is before an answer streams.
+    press(page, box)
+    page.keyboard.type(draft)
+    idle = box.bounding_box()
+    assert idle is not None
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.press("Backspace")
+    expect(box).to_have_css("height", f"{idle['height']:g}px")
+    send(page, "/long 400")
+    answer = wait_for_answer(page, 1)
+    expect(answer).to_have_attribute("data-status", "streaming")
+    stop = page.get_by_role("button", name="Stop")
+    expect(stop).to_be_visible()
+
+    # The same draft typed while it streams stays one line: Stop beside a greyed-out Send
+    # left the box about half of a phone's width, and a one-line draft wrapped.
+    press(page, box)
+    page.keyboard.type(draft)
+    streaming = box.bounding_box()
+    assert streaming is not None
+    assert streaming["height"] == pytest.approx(idle["height"], abs=1), (idle, streaming)
+    if touch:
+        # On a phone Stop takes Send's place (Send cannot send before the answer ends).
+        expect(page.get_by_role("button", name="Send")).to_be_hidden()
+        assert streaming["width"] >= 0.9 * idle["width"], (idle, streaming)
+    else:
+        # A desktop has room for both, and Send says it is waiting.
+        expect(page.get_by_role("button", name="Send")).to_be_disabled()
+
+    # The answer ends: Send is back where it was and sends the draft.
+    press(page, stop)
+    expect(answer).to_have_attribute("data-status", "stopped")
+    expect(stop).to_be_hidden()
+    send_button = page.get_by_role("button", name="Send")
+    expect(send_button).to_be_enabled()
+    assert send_button.bounding_box() is not None
+    press(page, send_button)
+    second = wait_for_answer(page, 2)
+    expect(second).to_have_attribute("data-status", "complete")
+    expect(page.locator("article.msg-user .body").last).to_have_text(draft)
+    expect(box).to_have_value("")
     assert frames.of_type("error") == []
     assert errors == []
     page.context.close()
