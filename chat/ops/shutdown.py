@@ -37,6 +37,7 @@ from django.conf import settings
 from twisted.internet import asyncioreactor, tcp
 from twisted.internet.defer import Deferred
 
+from chat.ops import http_flow
 from chat.ops.startup import close_services
 from chat.sockets import backpressure, draining
 from chat.turns.registry import registry
@@ -97,6 +98,7 @@ def install() -> bool:
     daphne_kill = _take_daphne_trigger(reactor)
     _close_oversized_frames_cleanly()
     backpressure.install()  # a tab that stops reading is cut off (daphne #170)
+    http_flow.install()  # a streamed response waits for its reader
 
     def before_shutdown() -> Deferred[Any]:
         drained = Deferred.fromFuture(start_drain())
