@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import BadRequest
 
 # The fields a turn puts on each line, in the order the text format shows them.
 TURN_FIELDS = ("turn", "mid", "conversation", "user")
@@ -93,6 +94,18 @@ class ContextFilter(logging.Filter):
         for name in TURN_FIELDS:
             if not getattr(record, name, ""):
                 setattr(record, name, getattr(context, name) if context is not None else "")
+        return True
+
+
+class RefusedInputFilter(logging.Filter):
+    """Drops the traceback from Django's "Bad Request" lines: a 400 is the client's input
+    refused (chat.forms.InvalidInput and Django's own BadRequest), said in one line. Any user
+    could otherwise write ~30 lines into the log per request (a hostile review)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], BadRequest):
+            record.exc_info = None
+            record.exc_text = None
         return True
 
 

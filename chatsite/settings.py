@@ -312,7 +312,10 @@ DJANGO_LOG_FORMAT = envchoice("DJANGO_LOG_FORMAT", "text", ("text", "json"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"chat": {"()": "chat.logging.ContextFilter", "instance": CHAT_INSTANCE_ID}},
+    "filters": {
+        "chat": {"()": "chat.logging.ContextFilter", "instance": CHAT_INSTANCE_ID},
+        "refused_input": {"()": "chat.logging.RefusedInputFilter"},
+    },
     "formatters": {
         "text": {"()": "chat.logging.KeyValueFormatter"},
         "json": {"()": "chat.logging.JsonFormatter"},
@@ -327,6 +330,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": envstr("DJANGO_LOG_LEVEL", "INFO")},
     "loggers": {
         "daphne": {"level": "WARNING"},
+        "django.request": {"filters": ["refused_input"]},
         "httpx": {"level": "WARNING"},
     },
 }

@@ -100,7 +100,7 @@ def test_someone_elses_answer_is_not_found_and_an_anonymous_vote_goes_to_the_log
     assert not Feedback.objects.exists()
 
 
-def test_bad_input_gets_a_clear_400(owner: Any) -> None:
+def test_bad_input_gets_a_clear_400(owner: Any, caplog: pytest.LogCaptureFixture) -> None:
     _, prompt, answer = exchange(owner)
     _, _, streaming = exchange(owner, status="streaming")
     client = logged_in(owner)
@@ -117,6 +117,10 @@ def test_bad_input_gets_a_clear_400(owner: Any) -> None:
         assert words in response.content.decode(), data
         assert response["HX-Retarget"] == "#alerts"
     assert not Feedback.objects.exists()
+    # Each refusal is one log line, not a traceback any user could repeat 120 times a minute.
+    refused = [r for r in caplog.records if r.name == "django.request"]
+    assert len(refused) == len(cases)
+    assert all(r.getMessage().endswith("/feedback/") and not r.exc_info for r in refused)
 
 
 def test_a_vote_needs_the_csrf_token(owner: Any) -> None:
