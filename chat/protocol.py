@@ -252,6 +252,12 @@ def block(mid: str, index: int, start: int, end: int, html: str) -> str:
     )
 
 
+def blocks(mid: str, frames: list[str]) -> str:
+    """Several `block` frames of one answer in one frame (a resume's replay): each element is
+    a `block` frame as sent alone, in index order."""
+    return f'{{"type": "blocks", "mid": {json.dumps(mid)}, "blocks": [{", ".join(frames)}]}}'
+
+
 def done(
     mid: str,
     seq: int,

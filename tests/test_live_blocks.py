@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from channels.db import database_sync_to_async
 from chat import protocol
 from chat.models import Message
 from chat.rendering import render_markdown
+from chat.turns.feed import Feed
 from chat.turns.follow import follow
 from chat.turns.live_blocks import INLINE_MAX_CHARS, LiveBlocks
 from tests.conftest import assistant_mid
@@ -55,6 +57,8 @@ async def collect(comm: Any, mid: str | None = None) -> dict[str, Any]:
             chunks[frame["seq"]] = frame["text"]
         elif frame["type"] == "block":
             blocks.append(frame)
+        elif frame["type"] == "blocks":  # a resume's replay
+            blocks.extend(frame["blocks"])
         elif frame["type"] == "done":
             text = "".join(chunks[i] for i in sorted(chunks))
             return {"chunks": chunks, "text": text, "blocks": blocks, "html": html, "done": frame}
@@ -173,11 +177,17 @@ class Tab:
     def push(self, frame: str) -> None:
         self.frames.append(frame)
 
+    def push_replay(self, frames: Iterator[str]) -> None:
+        self.frames.extend(frames)
+
     def json(self, kind: str) -> list[dict[str, Any]]:
-        return [
-            f for f in map(json.loads, filter(lambda r: r.startswith("{"), self.frames))
-            if f["type"] == kind
-        ]  # fmt: skip
+        found = []
+        for f in map(json.loads, filter(lambda r: r.startswith("{"), self.frames)):
+            if f["type"] == kind:
+                found.append(f)
+            elif f["type"] == "blocks" and kind == "block":
+                found.extend(f["blocks"])
+        return found
 
 
 async def test_a_follower_through_the_stream_log_derives_the_same_blocks(
@@ -190,10 +200,13 @@ async def test_a_follower_through_the_stream_log_derives_the_same_blocks(
     mid = assistant_mid(await comm.receive_from(timeout=10))
     follower, late = Tab(), Tab()
     await asyncio.sleep(0.3)  # a few chunks in
-    following = asyncio.create_task(follow(mid, -1, follower))
+    feed, ended = Feed(mid), Feed(mid)
+    feed.attach(follower, -1)
+    following = asyncio.create_task(follow(mid, feed))
     asked = await collect(comm, mid)
     await asyncio.wait_for(following, 20)
-    await follow(mid, 2, late)  # after the end: the final frames from the database
+    await follow(mid, ended)  # after the end: the final frames from the database
+    ended.attach(late, 2)
     assert follower.json("block") == asked["blocks"]
     assert "".join(c["text"] for c in follower.json("chunk")) == ANSWER
     assert body_of(follower.frames[-2])[0] == str(len(asked["blocks"]))

@@ -40,6 +40,7 @@ from twisted.internet.defer import Deferred
 from chat.ops import http_flow
 from chat.ops.startup import close_services
 from chat.sockets import backpressure, draining
+from chat.turns.mirror import mirrors
 from chat.turns.registry import registry
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ async def drain(grace: float, *, stop_listening: bool = True) -> None:
     if running:
         log.warning("shutdown: turns ended (%d still registered)", len(registry.turns))
     await draining.close_sockets()
+    await mirrors.stop_all()  # followers of answers elsewhere: their tabs resume there
     await close_services(timeout=5.0)  # the stream log writes what it has queued
 
 

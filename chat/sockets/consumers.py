@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,10 +17,12 @@ from chat import branches, conversations, fragments, metrics, protocol, sessions
 from chat.events import LAYER_DOWN, send_to_user, user_group
 from chat.models import Message
 from chat.sockets import draining
-from chat.turns.follow import follow
+from chat.sockets.outbox import Outbox
+from chat.turns.feed import Feed
+from chat.turns.mirror import mirrors
 from chat.turns.registry import registry
 from chat.turns.start import start_turn
-from chat.turns.turn import Settlement, Turn
+from chat.turns.turn import Settlement
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ STOP_NOT_FOUND = (
 )
 
 
-class ChatConsumer(AsyncWebsocketConsumer):
+class ChatConsumer(AsyncWebsocketConsumer, Outbox):
     """One per tab. Everything it sends goes through one ordered outbox."""
 
     refusal: object = None  # why the handshake was refused (SocketCapASGIMiddleware), if it was
@@ -131,12 +132,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # (logout, deactivation, a password change) while the socket stays open.
         self.session_key: str | None = self.scope["session"].session_key
         self.tier = self.scope["tier"]
-        self.outbox: deque[str | int] = deque()  # an int is a close code, sent in order
-        self.sealed = False  # a close is queued or sent: no more frames are taken
-        # The task that drains the outbox, only while it has frames: an idle socket holds no
-        # task and no event (memory per idle socket, docs/benchmarks.md).
-        self.sender: asyncio.Task[None] | None = None
-        self.watching: dict[str, asyncio.Task[None] | Turn] = {}
+        self.open_outbox()
+        self.watching: dict[str, Feed] = {}  # the answers it shows: turns here, or mirrors
         self.group = user_group(self.user_id)
         # The tab's conversation: turns elsewhere send it only its list's HTML (no orphan targets).
         self.showing = protocol.shown_conversation(self.scope.get("query_string", b""))
@@ -162,53 +159,6 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self._release()
         with contextlib.suppress(*LAYER_DOWN):  # a restarted Redis forgot the group anyway
             await self.channel_layer.group_discard(self.group, self.channel_name)
-
-    # --- the ordered outbox ---------------------------------------------------------------
-    def push(self, frame: str) -> None:
-        """Queue a frame (turns call this from their flush); never blocks."""
-        if self.sealed:
-            return  # its close is queued; the tab resumes from the log once it reconnects
-        if len(self.outbox) >= settings.CHAT_SEND_BUFFER_FRAMES:
-            # A tab that stops reading must not grow our memory without bound (PITFALLS).
-            log.warning("closing a socket whose outbox is full (%d frames)", len(self.outbox))
-            self.outbox.clear()
-            self.close_after_sending(protocol.CLOSE_TOO_SLOW)
-            return
-        self.outbox.append(frame)
-        if self.sender is None:
-            self.sender = asyncio.get_running_loop().create_task(self._drain())
-
-    def close_after_sending(self, code: int) -> None:
-        if self.sealed:
-            return
-        self.sealed = True
-        self.outbox.append(code)
-        if self.sender is None:
-            self.sender = asyncio.get_running_loop().create_task(self._drain())
-
-    async def _drain(self) -> None:
-        """Send what the outbox holds, in order, then end (the next push starts another)."""
-        outbox = self.outbox
-        try:
-            while outbox:
-                item = outbox.popleft()
-                if isinstance(item, int):
-                    outbox.clear()
-                    await self.close(code=item)
-                    return
-                await self.send(text_data=item)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            # A socket that cannot send must not stay open and silent: close it; the tab
-            # reconnects and resumes from the stream log.
-            log.exception("socket send failed; closing it")
-            self.sealed = True
-            outbox.clear()
-            with contextlib.suppress(Exception):
-                await self.close(code=protocol.CLOSE_INTERNAL)
-        finally:
-            self.sender = None
 
     def send_error(self, code: str, message: str, **extra: Any) -> None:
         self.push(protocol.error(code, message, **extra))
@@ -337,19 +287,13 @@ class ChatConsumer(AsyncWebsocketConsumer):
             for final in await database_sync_to_async(fragments.finished)(message):
                 self.push(final)
             return
-        task = asyncio.get_running_loop().create_task(follow(mid, after, self))
-        self.watching[mid] = task
-        task.add_done_callback(lambda done: self._followed(mid, done))
+        # Its turn runs on another instance (or died): one follower of its log per process.
+        mirror = mirrors.follow(mid)
+        self.watching[mid] = mirror
+        mirror.attach(self, after)
 
-    def _followed(self, mid: str, task: asyncio.Task[None]) -> None:
-        if self.watching.get(mid) is task:
-            self.watching.pop(mid, None)
-
-    def _unwatch(self, mid: str, watch: asyncio.Task[None] | Turn) -> None:
-        if isinstance(watch, Turn):
-            watch.detach(self)
-        else:
-            watch.cancel()
+    def _unwatch(self, mid: str, watch: Feed) -> None:
+        watch.detach(self)
         self.watching.pop(mid, None)
 
     # --- events from other consumers (channel layer: rare control events only) ----------

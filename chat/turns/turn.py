@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Protocol
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -25,6 +24,8 @@ from chat.rendering import Block
 from chat.tokens import chars_to_tokens
 from chat.tokens import estimate_streamed_tokens as _estimate
 from chat.turns.control import get_control
+from chat.turns.feed import Feed
+from chat.turns.feed import Watcher as Watcher  # where the turn's callers find it
 from chat.turns.live_blocks import LiveBlocks
 from chat.turns.model_client import get_client
 from chat.turns.saving import clamp_tokens as _clamp_tokens
@@ -39,12 +40,6 @@ log = logging.getLogger(__name__)
 
 FAILED_INTERNAL = "Something went wrong on our side; the partial answer is saved. You can retry."
 DELETED = "This conversation was deleted, so its answer was stopped."
-
-
-class Watcher(Protocol):
-    """Something that shows a turn: a socket. `push` must not block (it queues)."""
-
-    def push(self, frame: str) -> None: ...
 
 
 # Adaptive coalescing (docs/decisions/performance.md): a relayed answer costs CPU per socket
@@ -65,7 +60,7 @@ def coalesce_interval(base: float, streaming: int) -> float:
     return min(max(base, COALESCE_MAX_MS / 1000), base * streaming / COALESCE_BUSY_TURNS)
 
 
-class Turn:
+class Turn(Feed):
     def __init__(
         self,
         *,
@@ -84,7 +79,7 @@ class Turn:
         received: float | None = None,
         earlier: tuple[list[str], Usage] | None = None,
     ) -> None:
-        self.mid = mid
+        super().__init__(mid)
         self.conversation_id = conversation_id
         self.user_id = user_id
         self.model = model
@@ -102,11 +97,8 @@ class Turn:
         self.chunks: list[str] = list(earlier_chunks)
         self._base = len(self.chunks)
         # The answer's final blocks, rendered once as their text arrives (docs/protocol.md).
-        self.block_frames: list[str] = []
-        self._blocks = LiveBlocks(mid, self._send_blocks)
+        self._blocks = LiveBlocks(mid, self.add_blocks)
         self._primed = 0  # block frames of a continuation's earlier text (`open_earlier`)
-        self.watchers: set[Watcher] = set()
-        self.final_frames: list[str] | None = None
         self.status: str = Message.Status.STREAMING
         self.stop_requested = False
         self.task: asyncio.Task[None] | None = None
@@ -127,26 +119,13 @@ class Turn:
         self._log = get_stream_log()
 
     # --- watchers -----------------------------------------------------------------------
-    def attach(self, watcher: Watcher, after: int | None = None) -> None:
-        """Replay the chunks after `after` and every block so far, then follow live:
-        synchronous, so no seam. (A tab ignores the blocks it already has.) Without `after`,
-        from this turn's own first chunk and block (a continuation's tab shows the earlier
-        ones: its shell holds them)."""
-        first_block = 0
+    def attach(self, watcher: Watcher, after: int | None = None, first_block: int = 0) -> None:
+        """Replay the chunks after `after` and every block so far, then follow live (Feed).
+        Without `after`, from this turn's own first chunk and block (a continuation's tab shows
+        the earlier ones: its shell holds them)."""
         if after is None:
             after, first_block = self._base - 1, self._primed
-        for seq in range(after + 1, len(self.chunks)):
-            watcher.push(protocol.chunk(self.mid, seq, self.chunks[seq]))
-        for frame in self.block_frames[first_block:]:
-            watcher.push(frame)
-        if self.final_frames is not None:
-            for frame in self.final_frames:
-                watcher.push(frame)
-        else:
-            self.watchers.add(watcher)
-
-    def detach(self, watcher: Watcher) -> None:
-        self.watchers.discard(watcher)
+        super().attach(watcher, after, first_block)
 
     async def open_earlier(self) -> list[Block] | None:
         """A continuation, before `start`: feed the answer's earlier text to the live renderer
@@ -259,19 +238,11 @@ class Turn:
         seq = len(self.chunks)
         self.chunks.append(text)
         self._last_flush = asyncio.get_running_loop().time()
-        frame = protocol.chunk(self.mid, seq, text)
-        for watcher in self.watchers:
-            watcher.push(frame)
+        self.send(protocol.chunk(self.mid, seq, text))
         if self._first_chunk_at is None:
             self._first_chunk_at = self._last_flush
         self._log.append(self.mid, seq, text)
         self._blocks.push(text)
-
-    def _send_blocks(self, frames: list[str]) -> None:
-        for frame in frames:
-            self.block_frames.append(frame)
-            for watcher in self.watchers:
-                watcher.push(frame)
 
     async def _heartbeat(self) -> None:
         """Checkpoint the partial answer, extend the lease and the stream slot, poll stop."""
@@ -325,11 +296,7 @@ class Turn:
             # The finished answer's HTML frame, unless there is nothing to show (deleted).
             final = [final_frame] if final_frame is not None else []
             final.append(protocol.dumps(done))
-            self.final_frames = final
-            for watcher in self.watchers:
-                for frame in final:
-                    watcher.push(frame)
-            self.watchers.clear()
+            self.end(final)
             try:
                 await self._log.finish(self.mid, done)
             except Exception:

@@ -31,6 +31,9 @@ function onJson(frame) {
     case "block":
       answers.onBlock(frame);
       break;
+    case "blocks": // a resume's replay: several `block` frames in one
+      for (const block of frame.blocks) answers.onBlock(block);
+      break;
     case "done": {
       const startedHere = answers.onDone(frame);
       if (startedHere || typeof frame.tokens_left === "number") tier.showTokensLeft(frame);
