@@ -35,18 +35,23 @@ def frame(kind: str, **fields: Any) -> str:
     return json.dumps({"type": kind, **fields})
 
 
-async def stopped_mid_paragraph(comm: Any) -> tuple[str, str, int]:
-    """Ask for a long answer and stop it; again if the stop fell on a paragraph's end (rare:
-    the test is about a paragraph the stop cuts). Its mid, its text and its `done.seq`."""
+async def stopped_mid_paragraph(comm: Any, blocks: int = 0) -> tuple[str, str, int]:
+    """Ask for a long answer and stop it (after `blocks` blocks); again if the stop fell on a
+    paragraph's end (rare: the test is about a paragraph the stop cuts). Its mid, its text and
+    its `done.seq`."""
     for _ in range(5):
         await comm.send_to(text_data=frame("prompt", conversation="", text="/long 400"))
         mid = assistant_mid(await comm.receive_from(timeout=10))
+        made, last = 0, -1
         while True:  # a few chunks in, so there is text before the stop
             raw = await comm.receive_from(timeout=10)
-            if raw.startswith("{") and json.loads(raw).get("seq", 0) >= 3:
+            sent = json.loads(raw) if raw.startswith("{") else {}
+            made += sent.get("type") == "block"
+            last = sent.get("seq", last) if sent.get("type") == "chunk" else last
+            if last >= 3 and made >= blocks:
                 break
         await comm.send_to(text_data=frame("stop", mid=mid))
-        stopped = await receive_until_done(comm, mid, after=3)
+        stopped = await receive_until_done(comm, mid, after=last)
         assert stopped["done"]["status"] == "stopped"
         text = (await database_sync_to_async(Message.objects.get)(mid=mid)).text
         if not text.endswith("\n"):
@@ -110,3 +115,41 @@ async def test_a_continued_paragraph_is_one_block_in_the_frames_and_in_the_store
     total = str(placed + len(asking["blocks"]))
     assert body_of(asking["html"][-1])[0] == total
     assert body_of(resumed["html"][-1])[0] == total
+
+
+async def test_another_tab_showing_the_answer_goes_on_from_what_it_shows(
+    connect: Any, owner: Any, settings: Any, slow_demo_upstream: str
+) -> None:
+    """New-user review: another tab showing the conversation got the continued answer's shell
+    empty and refilled it from seq 0, so the answer it showed vanished for a moment. It now
+    gets the asking tab's shell (the earlier text's blocks and its open block, from the stored
+    HTML and the event, with no rendering) and goes on from the earlier `done.seq`."""
+    settings.LLM_BASE_URL = slow_demo_upstream
+    comm = await connect(owner)
+    mid, old, base = await stopped_mid_paragraph(comm, blocks=1)
+    saved = await database_sync_to_async(Message.objects.get)(mid=mid)
+    other = await connect(owner, showing=str(saved.conversation_id))
+
+    await comm.send_to(text_data=frame("continue", mid=mid))
+    asked = await comm.receive_from(timeout=10)
+    shell = ""
+    while f'id="msg-{mid}"' not in shell:
+        shell = await other.receive_from(timeout=10)
+    assert 'data-watch="1"' in shell and 'data-status="streaming"' in shell
+    assert f'data-next="{base}"' in shell  # it goes on from what it has: not from seq 0
+    mine, theirs = SHELL_BODY.search(asked), SHELL_BODY.search(shell)
+    assert mine and theirs, shell
+    assert theirs.groups() == mine.groups()  # the same blocks shown, the same open text
+    placed, shown = int(theirs.group(1)), theirs.group(4)
+    assert shown  # it keeps showing the earlier text's blocks
+
+    # As the page does: resume from the shell's `data-next`.
+    await other.send_to(text_data=frame("resume", mid=mid, after=base - 1))
+    resumed = await collect(other, mid)
+    await collect(comm, mid)
+    saved = await database_sync_to_async(Message.objects.get)(mid=mid)
+    assert saved.status == "complete" and saved.text.startswith(old)
+    assert min(resumed["chunks"]) == base
+    assert old + resumed["text"] == saved.text
+    new_blocks = [b for b in resumed["blocks"] if b["index"] >= placed]
+    assert shown + "".join(b["html"] for b in new_blocks) == saved.html

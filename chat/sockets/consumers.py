@@ -18,6 +18,7 @@ from chat.events import LAYER_DOWN, send_to_user, user_group
 from chat.models import Message
 from chat.sockets import draining
 from chat.sockets.outbox import Outbox
+from chat.turns.continuation import watcher_shell_html
 from chat.turns.feed import Feed
 from chat.turns.mirror import mirrors
 from chat.turns.registry import registry
@@ -238,6 +239,7 @@ class ChatConsumer(AsyncWebsocketConsumer, Outbox):
                 "created": started.exchange.created,
                 "fork_after": started.exchange.fork_after,
                 "continued": started.exchange.continued,
+                "shell": started.shell,
             },
         )
 
@@ -371,8 +373,8 @@ def _exchange_for_watchers(
         return None
     conversation = answer.conversation
     if event.get("continued"):
-        # An answer going on: its shell, empty, replays it whole from the log (seq 0 on).
-        return fragments.continuation_html(answer, "", next_seq=0, watch=True) if shown else None
+        # An answer going on: it goes on from what the tab shows (from its earlier `done.seq`).
+        return watcher_shell_html(answer, event.get("shell")) if shown else None
     fork_after = event.get("fork_after")
     # A regeneration goes on from the prompt it asks again: no new prompt to show.
     regenerated = answer.parent is not None and fork_after == answer.parent.mid

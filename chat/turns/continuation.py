@@ -3,6 +3,7 @@ reopening it, the history that asks the model to go on, and the chunks it alread
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -11,7 +12,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from chat import branches, conversations
+from chat import branches, conversations, fragments
 from chat.models import Conversation, Message
 from chat.preferences import system_message
 from chat.tokens import chars_to_tokens
@@ -147,3 +148,41 @@ async def earlier_chunks(reopened: Reopened) -> list[str]:
     if not chunks and (count or text):
         chunks = [text] + [""] * (seq_base(reopened) - 1)
     return chunks
+
+
+def shell_for_watchers(
+    next_seq: int, html: str, opened: tuple[int, int, str] | None = None
+) -> dict[str, Any]:
+    """What the other tabs showing the answer need to go on from what they show (the
+    `chat.exchange` event carries it): the asking tab's shell, but its HTML named by length and
+    digest, not carried: it is the start of the answer's stored HTML, which they load anyway."""
+    shell: dict[str, Any] = {"next": next_seq, "chars": len(html), "digest": _digest(html)}
+    if opened is not None:
+        shell["opened"] = list(opened)
+    return shell
+
+
+def watcher_shell_html(answer: Message, shell: dict[str, Any] | None) -> str:
+    """Another tab's shell of an answer going on: what it shows (the earlier answer), going on
+    from the earlier `done.seq`, as the asking tab's (no query, no rendering).
+
+    Its HTML is the start of the answer's stored HTML (the blocks of the earlier text are those
+    of the finished answer: they depend on the text alone). Should that not hold (a shell from
+    before this, an answer whose HTML is not its blocks), the shell comes empty and the tab
+    replays the answer from its first chunk, as before."""
+    if shell is not None:
+        html = answer.html[: shell["chars"]]
+        if _digest(html) == shell["digest"]:
+            opened = shell.get("opened")
+            return fragments.continuation_html(
+                answer,
+                html,
+                next_seq=shell["next"],
+                watch=True,
+                opened=(opened[0], opened[1], opened[2]) if opened else None,
+            )
+    return fragments.continuation_html(answer, "", next_seq=0, watch=True)
+
+
+def _digest(html: str) -> str:
+    return hashlib.sha256(html.encode()).hexdigest()

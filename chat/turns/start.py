@@ -17,7 +17,13 @@ from chat.protocol import Continue, Prompt, Regenerate, TurnFrame
 from chat.tiers.picker import pick
 from chat.tiers.policy import TierDecision, aload_policy, lite_only
 from chat.turns import titles
-from chat.turns.continuation import Reopened, do_continue, earlier_chunks, seq_base
+from chat.turns.continuation import (
+    Reopened,
+    do_continue,
+    earlier_chunks,
+    seq_base,
+    shell_for_watchers,
+)
 from chat.turns.history import trim_history
 from chat.turns.registry import registry
 from chat.turns.turn import Settlement, Turn
@@ -32,6 +38,8 @@ class Started:
     turn: Turn
     exchange: conversations.Exchange
     html: str
+    # A continuation's shell as the other tabs showing it make theirs (continuation.py).
+    shell: dict[str, Any] | None = None
 
 
 async def start_turn(
@@ -97,9 +105,10 @@ async def start_turn(
         budget=budget,
         earlier=earlier,
     )
+    shell = None
     if reopened is not None:
         try:
-            html = await _continuation_shell(turn, reopened)
+            html, shell = await _continuation_shell(turn, reopened)
         except BaseException:  # as above: no turn will own the admission
             await admission.settle(None)
             raise
@@ -108,7 +117,7 @@ async def start_turn(
     if title_prompt is not None:
         # Once this first answer completes, in the background: the conversation's title.
         titles.schedule(turn, conversation_id=str(exchange.conversation.id), prompt=title_prompt)
-    return Started(turn, exchange, html)
+    return Started(turn, exchange, html, shell)
 
 
 def _title_prompt(
@@ -124,25 +133,26 @@ def _title_prompt(
     return None
 
 
-async def _continuation_shell(turn: Turn, reopened: Reopened) -> str:
+async def _continuation_shell(turn: Turn, reopened: Reopened) -> tuple[str, dict[str, Any]]:
     """The asking tab's shell of an answer going on: the final blocks of its earlier text, as
     the turn will count them, and the text of its open block, which the page previews and the
     continuation extends (the same paragraph goes on). Without live rendering (it failed):
-    the earlier HTML, and the end swaps the whole answer."""
+    the earlier HTML, and the end swaps the whole answer. With it, what the other tabs need
+    to make the same shell from what they show."""
     blocks = await turn.open_earlier()
     next_seq = seq_base(reopened)
     if blocks is None:
-        return fragments.continuation_html(
+        html = fragments.continuation_html(
             reopened.answer, reopened.html, next_seq=next_seq, watch=False
         )
+        return html, shell_for_watchers(next_seq, reopened.html)
     end = blocks[-1].end if blocks else 0
-    return fragments.continuation_html(
-        reopened.answer,
-        "".join(block.html for block in blocks),
-        next_seq=next_seq,
-        watch=False,
-        opened=(len(blocks), end, reopened.text[end:]),
+    placed = "".join(block.html for block in blocks)
+    opened = (len(blocks), end, reopened.text[end:])
+    html = fragments.continuation_html(
+        reopened.answer, placed, next_seq=next_seq, watch=False, opened=opened
     )
+    return html, shell_for_watchers(next_seq, placed, opened)
 
 
 async def tier_within_plan(tier: TierDecision, user_id: int) -> TierDecision:
