@@ -178,3 +178,56 @@ def test_a_continuation_goes_on_in_the_same_paragraph_and_nothing_moves_at_the_e
     assert sum(joined in text for _top, text in after) == 1
     assert errors == []
     context.close()
+
+
+# The fewest characters the answer's body showed since this ran (new-user review: another tab
+# emptied a continued answer and refilled it from its first chunk).
+WATCH_SHORTEST = """
+(mid) => {
+  window.shortest = Infinity;
+  const measure = () => {
+    const body = document.querySelector(`#msg-${mid} > .body`);
+    window.shortest = Math.min(window.shortest, body ? body.textContent.trim().length : 0);
+  };
+  measure();
+  new MutationObserver(measure).observe(document.getElementById("messages"), {
+    subtree: true, childList: true, characterData: true,
+  });
+}
+"""
+
+
+@pytest.mark.parametrize("device", ["desktop", PHONES[0]])
+def test_another_tab_keeps_showing_a_continued_answer_as_it_goes_on(
+    browser: Browser, server: str, device: str
+) -> None:
+    context = signed_in_context(browser, server, **DEVICES[device])
+    page = open_chat(context)
+    send(page, "/long 120")
+    answer = wait_for_answer(page, 1)
+    page.wait_for_function(
+        "(el) => el.querySelector('.body').textContent.length > 80", arg=answer.element_handle()
+    )
+    press(page, page.get_by_role("button", name="■ Stop"))
+    expect(answer).to_have_attribute("data-status", "stopped")
+    mid = answer.get_attribute("data-mid")
+    old = source_text(answer)
+
+    other = open_chat(context, page.url)
+    errors = watch_for_errors(other)
+    theirs = other.locator(f"#msg-{mid}")
+    expect(theirs).to_have_attribute("data-status", "stopped")
+    shown = len(theirs.locator(".body").inner_text().strip())
+    other.evaluate(WATCH_SHORTEST, mid)
+
+    press(page, answer.get_by_role("button", name="Continue"))
+    expect(theirs).to_have_attribute("data-status", "complete", timeout=20_000)
+    expect(answer).to_have_attribute("data-status", "complete", timeout=20_000)
+    assert source_text(theirs) == source_text(answer) == long_text(120)
+    assert source_text(theirs).startswith(old)
+    # It never showed less than the answer it had: it went on from there.
+    shortest = other.evaluate("window.shortest")
+    assert shortest >= shown * 0.9, (shortest, shown)
+    assert theirs.locator(".body").inner_text().split()[:5] == old.split()[:5]
+    assert errors == []
+    context.close()

@@ -13,7 +13,10 @@ import pytest
 import redis
 from playwright.sync_api import Browser, Locator, Page, WebSocket, expect
 
+from chat.demo_upstream.answers import tokenize
 from tests.browser.browsing import (
+    DEVICES,
+    PHONES,
     long_text,
     open_chat,
     send,
@@ -23,6 +26,8 @@ from tests.browser.browsing import (
     wait_for_answer,
     watch_for_errors,
 )
+from tests.demo_server import running_demo_server
+from tests.held_upstream import held_answers
 from tests.servers import free_port, migrated_sqlite, running_chatsite
 from tests.test_reliability_restart import daphne_pid
 
@@ -192,3 +197,53 @@ def test_a_tab_whose_server_crashed_mid_answer_shows_it_failed_with_its_text_and
         if keys:
             client.delete(*keys)
         client.close()
+
+
+# An answer of thousands of one-line headings (tests/test_resume_replay.py): resuming it replayed
+# one frame per block, and the outbox's cap closed the tab with 4408 on every resume.
+HEADINGS = 2600
+LONG = "# h\n" * HEADINGS + "The end."
+HEADINGS_SHOWN = """
+([mid, count]) => document.querySelectorAll(`#msg-${mid} > .body h1`).length >= count
+"""
+
+
+@pytest.mark.parametrize("device", ["desktop", PHONES[0]])
+def test_a_reload_mid_answer_of_thousands_of_blocks_shows_them_all_and_goes_on(
+    browser: Browser, device: str
+) -> None:
+    with (
+        running_demo_server() as demo,
+        held_answers(demo, len(tokenize(LONG)) - 8) as hop,
+        # 5,200 tokens: over the default cap of one answer (4,096).
+        running_chatsite(LLM_BASE_URL=hop.url, CHAT_RESERVE_TOKENS="8192") as base,
+    ):
+        context = signed_in_context(browser, base, **DEVICES[device])
+        page = open_chat(context)
+        hop.arm()
+        # Pasted, then sent as a person sends (typing 2,600 lines takes minutes).
+        page.locator("#prompt").fill("/echo " + LONG)
+        if device == "desktop":
+            page.locator("#prompt").press("Enter")
+        else:
+            page.locator("#send").tap()
+        answer = wait_for_answer(page, 1)
+        hop.wait_held(1)
+        mid = answer.get_attribute("data-mid")
+        page.wait_for_function(HEADINGS_SHOWN, arg=[mid, HEADINGS - 10])
+
+        page.reload()  # the page resumes the answer from its start
+        errors = watch_for_errors(page)
+        closes = []
+        page.on("websocket", lambda ws: ws.on("close", lambda _ws: closes.append(1)))
+        answer = wait_for_answer(page, 1)
+        page.wait_for_function(HEADINGS_SHOWN, arg=[mid, HEADINGS - 10], timeout=20_000)
+        expect(answer).to_have_attribute("data-status", "streaming")
+        hop.release()
+        expect(answer).to_have_attribute("data-status", "complete", timeout=20_000)
+        expect(answer.locator(".body h1")).to_have_count(HEADINGS)
+        expect(answer.locator(".body > p")).to_have_text("The end.")
+        assert source_text(answer) == LONG
+        assert closes == []  # never cut as a slow reader: one socket throughout
+        assert errors == []
+        context.close()
