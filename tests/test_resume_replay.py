@@ -1,4 +1,4 @@
-"""Resuming a long streaming answer (fourth hostile review): the replay is never taken for a slow
+"""Resuming a long streaming answer (hostile review): the replay is never taken for a slow
 reader, and resuming again and again renders the answer once.
 
 The answer is held mid-way by a real TCP hop in front of the demo model (tests/held_upstream.py),
@@ -96,6 +96,7 @@ async def resumed(comm: Any, mid: str, after: int, feed: Any) -> Seen:
     await comm.send_to(text_data=resume(mid, after))
     await receive_until(comm, seen, lambda: len(seen.blocks) >= len(feed.block_frames))
     await receive_until(comm, seen, lambda: max(seen.chunks, default=after) == len(feed.chunks) - 1)
+    assert min(seen.chunks, default=after + 1) == after + 1  # from right after `after`
     return seen
 
 

@@ -40,7 +40,9 @@ class Feed:
         self.holes: set[int] = set()  # seqs below len(chunks) that this feed never got
         self.block_frames: list[str] = []  # by index
         self.final_frames: list[str] | None = None
-        self.watchers: set[Watcher] = set()
+        # The tabs attached, each with the last seq it has: a mirror still reading its log
+        # must not send a tab that resumed after seq n the chunks up to n again.
+        self.watchers: dict[Watcher, int] = {}
 
     def attach(self, watcher: Watcher, after: int, first_block: int = 0) -> None:
         """Replay the chunks after `after` and the blocks from `first_block` (a tab ignores the
@@ -60,10 +62,10 @@ class Feed:
             for frame in self.final_frames:
                 watcher.push(frame)
         else:
-            self.watchers.add(watcher)
+            self.watchers[watcher] = after
 
     def detach(self, watcher: Watcher) -> None:
-        self.watchers.discard(watcher)
+        self.watchers.pop(watcher, None)
 
     def add_chunk(self, seq: int, text: str) -> None:
         """Chunk `seq` (the next, or one after a gap) to every tab."""
@@ -71,7 +73,14 @@ class Feed:
             self.holes.update(range(len(self.chunks), seq))
             self.chunks.extend([""] * (seq - len(self.chunks)))
         self.chunks.append(text)
-        self.send(protocol.chunk(self.mid, seq, text))
+        self.send_chunk(seq, text)
+
+    def send_chunk(self, seq: int, text: str) -> None:
+        """Chunk `seq` to every tab that does not have it."""
+        frame = protocol.chunk(self.mid, seq, text)
+        for watcher, after in self.watchers.items():
+            if seq > after:
+                watcher.push(frame)
 
     def add_blocks(self, frames: list[str]) -> None:
         """Blocks made final by one chunk, to every tab: `block` frames, or `blocks` frames for

@@ -238,7 +238,7 @@ class Turn(Feed):
         seq = len(self.chunks)
         self.chunks.append(text)
         self._last_flush = asyncio.get_running_loop().time()
-        self.send(protocol.chunk(self.mid, seq, text))
+        self.send_chunk(seq, text)
         if self._first_chunk_at is None:
             self._first_chunk_at = self._last_flush
         self._log.append(self.mid, seq, text)
