@@ -48,16 +48,19 @@ class Feed:
         """Replay the chunks after `after` and the blocks from `first_block` (a tab ignores the
         blocks it has), then the end or the live frames: the replay's bounds are taken now and
         every later frame is queued behind it, so there is no seam."""
-        watcher.push_replay(
-            replayed(
-                self.mid,
-                self.chunks,
-                range(after + 1, len(self.chunks)),
-                frozenset(self.holes),
-                self.block_frames,
-                range(first_block, len(self.block_frames)),
+        seqs = range(after + 1, len(self.chunks))
+        indices = range(first_block, len(self.block_frames))
+        if seqs or indices:
+            watcher.push_replay(
+                replayed(
+                    self.mid,
+                    self.chunks,
+                    seqs,
+                    frozenset(self.holes),
+                    self.block_frames,
+                    indices,
+                )
             )
-        )
         if self.final_frames is not None:
             for frame in self.final_frames:
                 watcher.push(frame)
