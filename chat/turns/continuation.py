@@ -171,7 +171,7 @@ def watcher_shell_html(answer: Message, shell: dict[str, Any] | None) -> str:
     before this, an answer whose HTML is not its blocks), the shell comes empty and the tab
     replays the answer from its first chunk, as before."""
     if shell is not None:
-        html = answer.html[: shell["chars"]]
+        html = (answer.html or "")[: shell["chars"]]
         if _digest(html) == shell["digest"]:
             opened = shell.get("opened")
             return fragments.continuation_html(
