@@ -7,7 +7,7 @@ PORT ?= 8000
 STAMP := $(VENV)/.installed
 
 .PHONY: run test test-python test-js lint typecheck install migrate vendor-check bench bench-full \
-        cluster screenshots test-real-upstream clean
+        cluster screenshots test-real-upstream clean superuser
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,11 @@ migrate: $(STAMP)
 run: migrate
 	@echo "chatsite on http://127.0.0.1:$(PORT)/ (Ctrl-C stops it)"
 	DJANGO_DEBUG=1 PORT=$(PORT) $(BIN)/daphne -b 127.0.0.1 -p $(PORT) chatsite.asgi:application
+
+# An admin account in `make run`'s database, with `make run`'s settings (DJANGO_DEBUG=1: no
+# DJANGO_SECRET_KEY needed locally); asks for a username, e-mail and password.
+superuser: migrate
+	DJANGO_DEBUG=1 $(BIN)/python manage.py createsuperuser
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
