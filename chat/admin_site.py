@@ -19,6 +19,11 @@ View = TypeVar("View", bound=Callable[..., HttpResponseBase])
 class ChatAdminSite(admin.AdminSite):
     """`admin.site` (chat.apps.ChatAdminConfig makes it the default site)."""
 
+    # chatsite's own names, not Django's "Django administration" and "Django site admin".
+    site_header = "chatsite admin"
+    site_title = "chatsite admin"
+    index_title = "Plans, usage, models and chats"
+
     # The admin's login is throttled like the site's (issue 13.5): per address and username.
     login_form = AdminLoginForm
 

@@ -155,7 +155,7 @@ def admin_session(base: str, username: str, password: str) -> httpx.Client:
             "csrfmiddlewaretoken": client.cookies["csrftoken"],
         },
     )
-    assert "Site administration" in response.text, response.text[:500]
+    assert "Plans, usage, models and chats" in response.text, response.text[:500]
     return client
 
 

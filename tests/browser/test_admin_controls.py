@@ -51,7 +51,7 @@ def log_in(browser: Browser, server: str, device: str) -> tuple[Page, list[str]]
     press(page, page.get_by_label("Password"))
     page.keyboard.type(PASSWORD)
     press(page, page.get_by_role("button", name="Log in"))
-    expect(page.get_by_role("heading", name="Site administration")).to_be_visible()
+    expect(page.get_by_role("heading", name="Plans, usage, models and chats")).to_be_visible()
     return page, errors
 
 
