@@ -3,10 +3,12 @@ limits as the limiter applies them, and the actions on users (chat/admin.py impo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
 from django.contrib.auth import get_user_model
@@ -55,7 +57,9 @@ class PreferencesInline(admin.StackedInline):
     can_delete = False
     extra = 0
     max_num = 1
-    verbose_name_plural = "Custom instructions (the user's own, from /settings/)"
+    # With max_num = 1 Django heads the section with verbose_name (not the plural).
+    verbose_name = "custom instructions (the user's own, from /settings/)"
+    template = "admin/chat/edit_inline/single_stacked.html"
 
 
 class QuotaInline(admin.StackedInline):
@@ -67,7 +71,9 @@ class QuotaInline(admin.StackedInline):
     # One form even for a user without a Quota: an untouched one saves nothing.
     extra = 1
     max_num = 1
-    verbose_name = "plan and personal limits (blank fields: the plan's)"
+    # The section's heading; its template says what a blank field means, and has no per-form
+    # heading ("…: #1"): there is only ever one form.
+    verbose_name = "plan and personal limits"
     template = "admin/chat/quota/limits_inline.html"
 
 
@@ -228,13 +234,62 @@ async def _reset_many(user_ids: list[int]) -> dict[int, int | None]:
 
 @admin.register(Plan)
 class PlanAdmin(admin.ModelAdmin):
+    """Plans, each limit shown as it is in force: a blank field says whose value applies
+    (the default plan's, else the CHAT_* setting's), as `limits_of` resolves it."""
+
     list_display = (
         "name",
-        "rate_limit",
-        "daily_tokens",
-        "max_concurrent_streams",
+        "rate_in_force",
+        "daily_tokens_in_force",
+        "streams_in_force",
         "allow_full_on_mobile",
         "full_model_allowed",
         "is_default",
     )
     list_editable = ("is_default",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Plan]:
+        # The default plan's limits on every row: the list costs no query per row.
+        default = Plan.objects.filter(is_default=True).order_by("id")
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                _default_rate=Subquery(default.values("rate_limit")[:1]),
+                _default_daily=Subquery(default.values("daily_tokens")[:1]),
+                _default_streams=Subquery(default.values("max_concurrent_streams")[:1]),
+            )
+        )
+
+    @admin.display(description="rate limit", ordering="rate_limit")
+    def rate_in_force(self, obj: Any) -> str:
+        return _in_force(
+            obj.rate_limit.strip(), (obj._default_rate or "").strip(), settings.CHAT_RATE_LIMIT, str
+        )
+
+    @admin.display(description="daily tokens", ordering="daily_tokens")
+    def daily_tokens_in_force(self, obj: Any) -> str:
+        return _in_force(obj.daily_tokens, obj._default_daily, settings.CHAT_DAILY_TOKENS, _tokens)
+
+    @admin.display(description="concurrent streams", ordering="max_concurrent_streams")
+    def streams_in_force(self, obj: Any) -> str:
+        return _in_force(
+            obj.max_concurrent_streams,
+            obj._default_streams,
+            settings.CHAT_MAX_CONCURRENT_STREAMS,
+            str,
+        )
+
+
+def _tokens(daily: int) -> str:
+    return f"{daily:,}" if daily else "unlimited"
+
+
+def _in_force(own: Any, default_plans: Any, setting: Any, show: Callable[[Any], str]) -> str:
+    """A plan's limit as the limiter applies it: its own; blank, the default plan's; blank
+    there too, the setting's (chat.limits.plans.limits_of)."""
+    if own not in (None, ""):
+        return show(own)
+    if default_plans not in (None, ""):
+        return f"default plan's ({show(default_plans)})"
+    return f"default ({show(setting)})"

@@ -12,6 +12,8 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 
+from chat.models import Plan, Quota
+
 pytestmark = pytest.mark.django_db
 
 
@@ -56,3 +58,56 @@ def test_the_admin_is_chatsites_not_djangos(staff: Client) -> None:
     # And before logging in.
     login = Client().get("/admin/login/").content.decode()
     assert "chatsite admin" in login and "Django" not in text_of(login)
+
+
+def column(page: str, field: str) -> list[str]:
+    """The words of one column of an admin list, row by row."""
+    cells = re.findall(rf'<t[hd] class="field-{field}[^"]*"[^>]*>(.*?)</t[hd]>', page, re.S)
+    return [text_of(cell) for cell in cells]
+
+
+def plan_rows(client: Client) -> dict[str, tuple[str, ...]]:
+    """The plan list's rows: name → its rate limit, daily tokens and concurrent streams."""
+    page = client.get("/admin/chat/plan/").content.decode()
+    fields = ("rate_in_force", "daily_tokens_in_force", "streams_in_force")
+    limits = zip(*(column(page, f) for f in fields), strict=True)
+    return dict(zip(column(page, "name"), limits, strict=True))
+
+
+def test_the_plan_list_shows_the_limits_in_force_where_a_plan_leaves_them_blank(
+    staff: Client, settings: Any
+) -> None:
+    settings.CHAT_RATE_LIMIT = "20/minute;500/day"
+    settings.CHAT_DAILY_TOKENS = 200_000
+    settings.CHAT_MAX_CONCURRENT_STREAMS = 2
+    Plan.objects.all().delete()
+    Plan.objects.create(name="Own", rate_limit="5/minute", daily_tokens=0, max_concurrent_streams=4)
+    Plan.objects.create(name="Blank")
+    assert plan_rows(staff) == {
+        "Own": ("5/minute", "unlimited", "4"),
+        "Blank": ("default (20/minute;500/day)", "default (200,000)", "default (2)"),
+    }
+    # With a default plan, a blank field of another plan takes the default plan's value
+    # (chat.limits.plans.limits_of); the default plan's own blanks take the settings'.
+    Plan.objects.create(name="Standard", is_default=True, daily_tokens=50_000)
+    rows = plan_rows(staff)
+    assert rows["Blank"] == (
+        "default (20/minute;500/day)",
+        "default plan's (50,000)",
+        "default (2)",
+    )
+    assert rows["Standard"] == ("default (20/minute;500/day)", "50,000", "default (2)")
+    assert rows["Own"] == ("5/minute", "unlimited", "4")
+
+
+def test_a_users_limits_section_reads_as_one_heading_without_a_form_number(
+    staff: Client, owner: Any
+) -> None:
+    for quota in (None, Quota.objects.create(user=owner)):
+        page = staff.get(f"/admin/auth/user/{owner.pk}/change/").content.decode()
+        words = text_of(page)
+        assert "Plan and personal limits" in words, quota
+        # No "…: #1" under either one-form section (the limits, the custom instructions).
+        assert "#1" not in words and "blank fields: the plan's" not in words
+        assert "quota of" not in words
+        assert "A blank field below takes the plan's value" in words
