@@ -24,6 +24,7 @@ from chat.models import (
     Usage,
 )
 from chat.ops.tier_check import LISTED_CACHE_SECONDS, served_models, try_tier
+from chat.tiers.policy import FULL, LITE, load_policy
 from chat.upstream.client import UpstreamError
 
 
@@ -124,6 +125,18 @@ class PickableModelAdmin(admin.ModelAdmin):
     list_display = ("label", "model", "plan_names", "phones", "enabled", "order")
     list_editable = ("phones", "enabled", "order")
     filter_horizontal = ("plans",)
+    # Above the list: the tier models users are offered anyway (an empty list is no dropdown
+    # of nothing, and an admin should not have to guess that).
+    change_list_template = "admin/chat/pickablemodel/change_list.html"
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        policy = load_policy()
+        offered = {
+            "full_model": policy.model_for(FULL).model,
+            "lite_model": policy.model_for(LITE).model,
+            "none_listed": not PickableModel.objects.exists(),
+        }
+        return super().changelist_view(request, {**(extra_context or {}), **offered})
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[PickableModel]:
         return super().get_queryset(request).prefetch_related("plans")

@@ -12,7 +12,10 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from chat.models import Plan, Quota
+from chat.models import ModelTier, PickableModel, Plan, Quota
+from chat.tiers.picker import with_choices
+from chat.tiers.policy import clear_policy_cache
+from tests.test_admin_models import desktop
 
 pytestmark = pytest.mark.django_db
 
@@ -111,3 +114,29 @@ def test_a_users_limits_section_reads_as_one_heading_without_a_form_number(
         assert "#1" not in words and "blank fields: the plan's" not in words
         assert "quota of" not in words
         assert "A blank field below takes the plan's value" in words
+
+
+def always_offered(client: Client) -> str:
+    page = client.get("/admin/chat/pickablemodel/").content.decode()
+    box = re.search(r'<div class="module" id="always-offered">(.*?)</div>', page, re.S)
+    assert box, "the pickable models' list says nothing of what users are offered anyway"
+    return text_of(box.group(1))
+
+
+def test_an_empty_pickable_model_list_names_the_models_users_are_offered_anyway(
+    staff: Client, owner: Any
+) -> None:
+    PickableModel.objects.all().delete()
+    ModelTier.objects.filter(tier="lite").update(model="small-model")
+    clear_policy_cache()
+    # What a desktop user is offered with no rows: the tier models, which the page names.
+    offered = [model for model, _ in with_choices(desktop(), owner).models]
+    assert offered == ["demo-full", "small-model"]
+    words = always_offered(staff)
+    assert "demo-full (full tier) and small-model (lite tier)" in words
+    assert "This list is empty, so those are all the models users can pick." in words
+
+    PickableModel.objects.create(model="gpt-big", label="Big model")
+    words = always_offered(staff)
+    assert "The models below are offered besides those" in words
+    assert "This list is empty" not in words
