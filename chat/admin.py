@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 # The users' and plans' admin (registered when imported): a room of its own.
 from chat import admin_users  # noqa: F401
@@ -24,6 +24,7 @@ from chat.models import (
     Usage,
 )
 from chat.ops.tier_check import LISTED_CACHE_SECONDS, served_models, try_tier
+from chat.rendering import render_markdown
 from chat.tiers.policy import FULL, LITE, load_policy
 from chat.upstream.client import UpstreamError
 
@@ -63,10 +64,18 @@ class ModelTierAdmin(admin.ModelAdmin):
             result = async_to_sync(try_tier)(tier.model, tier.temperature)
             took = f"{result.seconds:.1f} s"
             if result.ok:
+                # The answer's first line is model output: markdown, and hostile. It is shown
+                # as the chat shows answers, through the one renderer and sanitiser.
+                answer = mark_safe(render_markdown(result.line))
                 self.message_user(
                     request,
-                    f"{tier.get_tier_display()} tier ({tier.model}) answered in {took}: "
-                    f"“{result.line}”",
+                    format_html(
+                        '{} tier ({}) answered in {}: <div class="tier-answer">{}</div>',
+                        tier.get_tier_display(),
+                        tier.model,
+                        took,
+                        answer,
+                    ),
                 )
             else:
                 self.message_user(

@@ -214,6 +214,7 @@ def test_the_test_action_streams_a_one_line_answer_from_each_tier(admin_client: 
     )
     page = response.content.decode()
     assert "Full tier (demo-full) answered in" in page
-    assert "## Hello from the demo model" in page  # the first line of the demo's answer
+    # The first line of the demo's answer, rendered as the chat renders answers (not "## …").
+    assert '<div class="tier-answer"><h2>Hello from the demo model</h2>' in page
     assert "Lite tier (no-such-model) did not answer" in page
     assert "does not offer the model" in page

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
-from django.test import Client
+from django.test import Client, override_settings
 
 from chat.models import ModelTier, PickableModel, Plan, Quota
 from chat.tiers.picker import with_choices
 from chat.tiers.policy import clear_policy_cache
+from tests.hostile_upstream import hostile_upstream
 from tests.test_admin_models import desktop
 
 pytestmark = pytest.mark.django_db
@@ -140,3 +141,31 @@ def test_an_empty_pickable_model_list_names_the_models_users_are_offered_anyway(
     words = always_offered(staff)
     assert "The models below are offered besides those" in words
     assert "This list is empty" not in words
+
+
+HOSTILE_LINE = (
+    '<img src=x onerror="alert(1)"> **Hello** <script>alert(2)</script> [x](javascript:alert(3))'
+)
+
+
+@pytest.mark.usefixtures("chat_settings")
+def test_a_tier_tests_answer_is_rendered_markdown_and_sanitised(superuser: Client) -> None:
+    # A model server of our own answering a hostile first line: the demo model cannot be made
+    # to (the test prompt is fixed).
+    full = list(ModelTier.objects.filter(tier="full").values_list("pk", flat=True))
+    with (
+        hostile_upstream(tokens=1, delta_text=HOSTILE_LINE + "\nmore") as (base, _),
+        override_settings(LLM_BASE_URL=base),
+    ):
+        page = superuser.post(
+            "/admin/chat/modeltier/",
+            {"action": "try_tiers", "_selected_action": full},
+            follow=True,
+        ).content.decode()
+    answer = re.search(r'<div class="tier-answer">(.*?)</div>', page, re.S)
+    assert answer, page[-3000:]
+    shown = answer.group(1)
+    assert "<strong>Hello</strong>" in shown
+    # The tags are shown as text, never as markup; the script link is no link.
+    assert "<img" not in shown and "<script" not in shown and "href" not in shown, shown
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in shown
