@@ -6,7 +6,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
@@ -34,8 +34,8 @@ class UsageAdmin(admin.ModelAdmin):
     list_display = (
         "day",
         "user",
-        "tier",
         "model",
+        "usage_chosen_by",
         "requests",
         "prompt_tokens",
         "completion_tokens",
@@ -45,8 +45,32 @@ class UsageAdmin(admin.ModelAdmin):
     date_hierarchy = "day"
     readonly_fields = [f.name for f in Usage._meta.fields]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Usage]:
+        # A usage row counts a day's answers by model and device tier; whether their model was
+        # picked is the answers' (Message.picked): one subquery for the page, none per row.
+        picked = Message.objects.filter(
+            conversation__user_id=OuterRef("user_id"),
+            created_at__date=OuterRef("day"),
+            model=OuterRef("model"),
+            tier=OuterRef("tier"),
+            picked=True,
+        )
+        return super().get_queryset(request).annotate(_picked=Exists(picked))
+
+    @admin.display(description="chosen by", ordering="tier")
+    def usage_chosen_by(self, obj: Any) -> str:
+        return chosen_by(obj._picked, obj.tier)
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+
+def chosen_by(picked: bool, tier: str) -> str:
+    """Who chose an answer's model, in place of a bare tier beside it ("full" beside
+    demo-lite read as if the full tier's model were demo-lite)."""
+    if not tier:
+        return ""
+    return f"picked (on the {tier} tier)" if picked else f"the {tier} tier"
 
 
 @admin.register(ModelTier)
@@ -166,9 +190,21 @@ class MessageInline(admin.TabularInline):
     model = Message
     extra = 0
     can_delete = False
-    fields = ("mid", "role", "status", "model", "tier", "completion_tokens", "created_at")
+    fields = (
+        "mid",
+        "role",
+        "status",
+        "model",
+        "message_chosen_by",
+        "completion_tokens",
+        "created_at",
+    )
     readonly_fields = fields
     show_change_link = True
+
+    @admin.display(description="chosen by")
+    def message_chosen_by(self, obj: Message) -> str:
+        return chosen_by(obj.picked, obj.tier)
 
 
 @admin.register(Conversation)
@@ -182,11 +218,23 @@ class ConversationAdmin(admin.ModelAdmin):
 
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):
-    list_display = ("mid", "role", "status", "model", "tier", "completion_tokens", "ttft_ms")
-    list_filter = ("status", "role", "tier")
+    list_display = (
+        "mid",
+        "role",
+        "status",
+        "model",
+        "message_chosen_by",
+        "completion_tokens",
+        "ttft_ms",
+    )
+    list_filter = ("status", "role", "tier", "picked")
     search_fields = ("mid",)
     raw_id_fields = ("conversation",)
     readonly_fields = ("mid", "owner", "lease_until", "created_at", "finished_at")
+
+    @admin.display(description="chosen by", ordering="picked")
+    def message_chosen_by(self, obj: Message) -> str:
+        return chosen_by(obj.picked, obj.tier)
 
 
 @admin.register(Feedback)

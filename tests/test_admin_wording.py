@@ -12,7 +12,8 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client, override_settings
 
-from chat.models import ModelTier, PickableModel, Plan, Quota
+from chat.limits.usage import today
+from chat.models import Conversation, Message, ModelTier, PickableModel, Plan, Quota, Usage
 from chat.tiers.picker import with_choices
 from chat.tiers.policy import clear_policy_cache
 from tests.hostile_upstream import hostile_upstream
@@ -68,6 +69,10 @@ def column(page: str, field: str) -> list[str]:
     """The words of one column of an admin list, row by row."""
     cells = re.findall(rf'<t[hd] class="field-{field}[^"]*"[^>]*>(.*?)</t[hd]>', page, re.S)
     return [text_of(cell) for cell in cells]
+
+
+def paired(page: str, key: str, value: str) -> dict[str, str]:
+    return dict(zip(column(page, key), column(page, value), strict=True))
 
 
 def plan_rows(client: Client) -> dict[str, tuple[str, ...]]:
@@ -169,3 +174,38 @@ def test_a_tier_tests_answer_is_rendered_markdown_and_sanitised(superuser: Clien
     # The tags are shown as text, never as markup; the script link is no link.
     assert "<img" not in shown and "<script" not in shown and "href" not in shown, shown
     assert "&lt;script&gt;alert(2)&lt;/script&gt;" in shown
+
+
+def test_usage_and_message_lists_say_when_a_model_was_picked_not_chosen_by_the_tier(
+    staff: Client, owner: Any
+) -> None:
+    # What a turn writes (chat.conversations, chat.limits.usage): on a desktop (full tier) the
+    # owner picked demo-lite for one answer and let the tier choose demo-full for another.
+    conversation = Conversation.objects.create(user=owner, title="Picked")
+    for mid, model, picked in (("1-t-01", "demo-lite", True), ("2-t-01", "demo-full", False)):
+        Message.objects.create(
+            mid=mid,
+            conversation=conversation,
+            role="assistant",
+            model=model,
+            tier="full",
+            picked=picked,
+        )
+        Usage.objects.create(user=owner, day=today(), model=model, tier="full", requests=1)
+
+    messages = staff.get("/admin/chat/message/").content.decode()
+    assert paired(messages, "model", "message_chosen_by") == {
+        "demo-lite": "picked (on the full tier)",
+        "demo-full": "the full tier",
+    }
+    usage = staff.get("/admin/chat/usage/").content.decode()
+    assert paired(usage, "model", "usage_chosen_by") == {
+        "demo-lite": "picked (on the full tier)",
+        "demo-full": "the full tier",
+    }
+    # The conversation's answers say it too.
+    thread = text_of(
+        staff.get(f"/admin/chat/conversation/{conversation.pk}/change/").content.decode()
+    )
+    assert "demo-lite picked (on the full tier)" in thread
+    assert "demo-full the full tier" in thread
