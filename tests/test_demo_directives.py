@@ -4,12 +4,15 @@ request. The existing directives are unchanged (tests/test_demo_upstream.py)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from chat.demo_upstream import DemoModel, long_tokens
-from chat.demo_upstream.answers import continue_plan, plan_answer
+from chat import demo_upstream
+from chat.demo_upstream import DemoModel, default_reply, long_tokens
+from chat.demo_upstream.answers import _DIRECTIVE_RE, continue_plan, plan_answer
 from chat.demo_upstream.titles import title_for
 from tests.demo_server import call_demo_app
+from tests.servers import ROOT
 from tests.test_demo_upstream import COMPLETIONS, chunks_of, text_of
 
 
@@ -123,3 +126,19 @@ def test_a_continuation_answers_the_planned_tokens_after_the_partial_text() -> N
     whole = plan_answer("/markdown 2000").tokens
     rest = continue_plan(plan_answer("/markdown 2000"), "".join(whole[:40])).tokens
     assert rest == whole[40:]
+
+
+def test_every_directive_the_demo_reads_is_listed_where_directives_are_listed() -> None:
+    """The demo's own welcome answer, its module's docstring, docs/protocol.md and the README
+    name every directive it reads (its welcome once left out `/markdown`)."""
+    read = set(_DIRECTIVE_RE.pattern.split("(", 1)[1].split(")", 1)[0].split("|"))
+    assert "markdown" in read
+    places = {
+        "the welcome answer": default_reply("hi"),
+        "chat/demo_upstream/__init__.py": demo_upstream.__doc__ or "",
+        "docs/protocol.md": (ROOT / "docs" / "protocol.md").read_text(),
+        "README.md": (ROOT / "README.md").read_text(),
+    }
+    for place, text in places.items():
+        listed = set(re.findall(r"`?/([a-z-]+)(?=[ `])", text))
+        assert read <= listed, f"{place} leaves out {sorted(read - listed)}"

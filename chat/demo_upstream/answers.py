@@ -135,8 +135,8 @@ def default_reply(question: str) -> str:
         "",
         "- Answers **stream** token by token.",
         "- Markdown is rendered *safely* on the server.",
-        "- Directives: `/echo <text>`, `/long <n>`, `/fail <status>`, `/cut <n>`, "
-        "`/stall <seconds>`, `/length <n>`, `/echo-system`.",
+        "- Directives: `/echo <text>`, `/long <n>`, `/markdown <n>`, `/fail <status>`, "
+        "`/cut <n>`, `/stall <seconds>`, `/length <n>`, `/echo-system`.",
         "",
         "```python",
         "def greet(name: str) -> str:",
