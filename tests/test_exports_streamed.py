@@ -149,7 +149,7 @@ def test_a_second_export_while_one_runs_is_refused_with_a_plain_429(owner: Any) 
     assert running_exports() == 0
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 async def test_under_asgi_the_export_is_an_async_stream(owner: Any) -> None:
     from channels.db import database_sync_to_async
 

@@ -125,8 +125,10 @@ def expected_outcome(kind: str, raw: str | bytes) -> str:
         return "error"  # unpaired surrogates: not storable text
     if "\x00" in text:
         return "error"  # PostgreSQL cannot store NUL: refused on every database
-    if frame.get("conversation") or frame.get("replaces"):
-        return "error"  # not an id of ours: bad_request or not_found
+    if any(frame.get(key) not in (None, "") for key in ("conversation", "replaces")):
+        # Absent, null and "" mean "none"; anything else (an empty list or 0 too) is either
+        # not an id (bad_request) or not an id of ours (not_found).
+        return "error"
     return "answer"
 
 

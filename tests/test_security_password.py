@@ -159,7 +159,7 @@ async def test_a_password_changed_behind_the_signals_back_still_locks_the_stolen
         # The conversation's title follows its first answer; it goes to every tab whose
         # session still verifies, which the stolen ones do until the password changes. Let it
         # land first, so that what the stolen sockets get afterwards is only what they must not.
-        await sidebar_title(mine, "My Private Answer")
+        await sidebar_title(mine, "My private answer")
 
     async with (
         chat_socket(pair.web2.base, stolen) as resumer,
