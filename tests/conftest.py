@@ -235,18 +235,27 @@ def real_redis() -> Iterator[redis.Redis]:
 
 @pytest.fixture(autouse=True)
 def _seeded_tiers(request: pytest.FixtureRequest) -> None:
-    """The tiers, rules and default plan that migration 0002 seeds, for every test that uses
-    the database: a transactional test that ran before in this worker (the order of files
-    differs in each xdist worker) may have flushed them, and tests then saw no tiers at all."""
+    """What the migrations left in the test database (content types, permissions, the seeded
+    tiers, rules and plans), for every test that uses the database. A serialized transactional
+    test that ran before in this worker (the order of files differs in each xdist worker) ends
+    with a flush and restores the data only at the start of the next serialized test, so a
+    plain test after it found no tiers, no plans and no permissions (a view-only admin got
+    403). Restored here as Django restores it for a serialized test, inside this test's
+    transaction."""
     marker = request.node.get_closest_marker("django_db")
     if marker is None or marker.kwargs.get("transaction") or (marker.args and marker.args[0]):
         return  # no database, or a transactional test (flushed and restored by design)
     request.getfixturevalue("db")
     from django.apps import apps
+    from django.contrib.contenttypes.models import ContentType
+    from django.db import connection
 
     from chat.models import ModelTier
 
-    if not ModelTier.objects.exists():
+    serialized = getattr(connection, "_test_serialized_contents", None)
+    if serialized and not ContentType.objects.exists():
+        connection.creation.deserialize_db_from_string(serialized)
+    elif not ModelTier.objects.exists():
         import_module("chat.migrations.0002_seed_tiers").seed(apps, None)
 
 

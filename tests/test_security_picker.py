@@ -98,7 +98,7 @@ def test_the_page_offers_no_full_model_in_its_picker_for_such_a_plan(
         page = client.get("/", headers={"User-Agent": user_agent})
     assert page.status_code == 200
     assert 'value="demo-full"' not in page.text
-    assert "your plan answers with the lite model" in page.text
+    assert "Your plan answers with the lite model." in page.text  # policy.why_sentence
 
 
 async def test_a_phone_socket_loses_the_pickable_full_model_when_the_plan_is_switched_off(

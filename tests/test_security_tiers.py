@@ -152,7 +152,7 @@ def test_the_page_says_lite_for_such_a_plan_and_offers_no_full(site: Site, user_
         client.cookies.set("chat_tier", "full")
         page = client.get("/", headers={"User-Agent": user_agent, "Sec-CH-UA-Mobile": "?0"})
     assert 'id="tier-badge" class="tier-badge" data-tier="lite"' in page.text
-    assert "your plan answers with the lite model" in page.text
+    assert "Your plan answers with the lite model." in page.text  # policy.why_sentence
 
 
 async def test_the_same_claims_get_the_full_model_where_the_plan_allows_it(site: Site) -> None:
