@@ -15,6 +15,9 @@ from tests.staff import action_choices, admin_session, chatsite_prepared, csrf_t
 
 # viewer: may view everything in the admin, change nothing. editor: may also change users (the
 # control: the same posts do change things for them). target: an ordinary user with usage today.
+# The day the usage row is made for, fixed once: a run that crosses midnight must look for the
+# row on the day it was made (a CI run at 00:00 UTC found none "today").
+SET_UP_DAY = date.today().isoformat()
 SCRIPT = f"""
 from chat.models import Plan, Usage
 view_all = [f"{{p.content_type.app_label}}.{{p.codename}}"
@@ -25,7 +28,7 @@ make_user("tierkeeper", staff=True, perms=[*view_all, "chat.change_modeltier"])
 make_user("userkeeper", staff=True, perms=["auth.view_user"])
 target = make_user("target")
 Plan.objects.create(name="Unlimited", daily_tokens=0, rate_limit="100000/minute")
-Usage.objects.create(user=target, day="{date.today().isoformat()}", model="demo-full",
+Usage.objects.create(user=target, day="{SET_UP_DAY}", model="demo-full",
                      tier="full", requests=3, prompt_tokens=100, completion_tokens=200)
 """
 
@@ -52,14 +55,14 @@ def plan_of(database: Path, username: str) -> list[str]:
     ]
 
 
-def usage_rows_today(database: Path, username: str) -> int:
+def usage_rows_of_the_day(database: Path, username: str) -> int:
     return len(
         rows(
             database,
             "SELECT g.id FROM chat_usage g JOIN auth_user u ON u.id = g.user_id "
             "WHERE u.username = ? AND g.day = ?",
             username,
-            date.today().isoformat(),
+            SET_UP_DAY,
         )
     )
 
@@ -114,7 +117,7 @@ def test_a_view_only_staff_user_posting_the_actions_changes_nothing(
     assert post_action(viewer, "reset_today", [target]) < 500
     assert plan_of(database, "viewer") == []
     assert plan_of(database, "target") == []
-    assert usage_rows_today(database, "target") == 1
+    assert usage_rows_of_the_day(database, "target") == 1
     # A reset keeps the rows whoever runs it; what it would leave is a UsageReset record.
     assert rows(database, "SELECT COUNT(*) FROM chat_usagereset") == [(0,)]
 
