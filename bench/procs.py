@@ -223,6 +223,58 @@ def migrated_database(directory: Path) -> str:
     return url
 
 
+def _postgres_url(admin_url: str, name: str) -> str:
+    """The URL of database `name` on the server of `admin_url`."""
+    return admin_url.rsplit("/", 1)[0] + "/" + name
+
+
+def _postgres_admin(admin_url: str, *statements: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as connection:
+        for statement in statements:
+            connection.execute(statement)
+
+
+def migrated_postgres(admin_url: str, name: str) -> str:
+    """A new, migrated PostgreSQL database `name` (a template for postgres_copy); its URL."""
+    _postgres_admin(admin_url, f'DROP DATABASE IF EXISTS "{name}"', f'CREATE DATABASE "{name}"')
+    url = _postgres_url(admin_url, name)
+    subprocess.run(
+        [PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=server_env(DATABASE_URL=url),
+        check=True,
+    )
+    return url
+
+
+def postgres_copy(admin_url: str, template_url: str, name: str) -> str:
+    """A new PostgreSQL database `name` copied from `template_url`'s; its URL."""
+    template = template_url.rsplit("/", 1)[1]
+    _postgres_admin(
+        admin_url,
+        f'DROP DATABASE IF EXISTS "{name}"',
+        f'CREATE DATABASE "{name}" TEMPLATE "{template}"',
+    )
+    return _postgres_url(admin_url, name)
+
+
+def drop_postgres(admin_url: str, pattern: str) -> None:
+    """Drop the databases whose names match `pattern` (SQL LIKE), the servers stopped."""
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as connection:
+        names = [
+            row[0]
+            for row in connection.execute(
+                "SELECT datname FROM pg_database WHERE datname LIKE %s", (pattern,)
+            )
+        ]
+        for name in names:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @contextlib.contextmanager
 def chatsite(
     database_url: str, llm_base_url: str, *, redis_prefix: str | None = None, **env: str

@@ -61,6 +61,7 @@ class Bench:
         sides: list[str] | None = None,
         server_env: dict[str, str] | None = None,
         profile_to: Path | None = None,
+        postgres: str = "",
     ) -> None:
         self.config = config
         self.profile_to = profile_to
@@ -74,10 +75,23 @@ class Bench:
         self.prefix = f"bench:{uuid.uuid4().hex[:10]}:"
         if self.redis:
             stack.callback(procs.delete_redis_prefix, self.prefix)
-        self.template_db = procs.migrated_database(self.workdir)
+        self.postgres = postgres
+        if postgres:
+            self.template_db = procs.migrated_postgres(postgres, f"{self.prefix_id}_template")
+            stack.callback(procs.drop_postgres, postgres, f"{self.prefix_id}_%")
+        else:
+            self.template_db = procs.migrated_database(self.workdir)
+
+    @property
+    def prefix_id(self) -> str:
+        """This run's name for what it creates (databases), from its Redis prefix."""
+        return "bench_" + self.prefix.split(":")[1]
 
     def database(self, name: str) -> str:
-        """A copy of the migrated database for one server."""
+        """A copy of the migrated database for one server (SQLite, or PostgreSQL with
+        --postgres: a database made from the migrated one as its template)."""
+        if self.postgres:
+            return procs.postgres_copy(self.postgres, self.template_db, f"{self.prefix_id}_{name}")
         source = Path(self.template_db.removeprefix("sqlite:///"))
         target = self.workdir / f"{name}.sqlite3"
         shutil.copy(source, target)
@@ -404,6 +418,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=VALUE",
         help="extra environment for the chatsite servers (to measure a setting)",
     )
+    parser.add_argument(
+        "--postgres",
+        default="",
+        metavar="URL",
+        help="every chatsite server on its own PostgreSQL database, made and dropped through "
+        "this server (e.g. postgres://postgres@127.0.0.1:5432/postgres), not SQLite",
+    )
     parser.add_argument("--out", type=Path, default=None, help="output folder")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument(
@@ -446,9 +467,20 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         server_env = dict(item.split("=", 1) for item in args.server_env)
-        bench = Bench(config, sections, stack, sides, server_env, profile_to=args.profile)
+        bench = Bench(
+            config,
+            sections,
+            stack,
+            sides,
+            server_env,
+            profile_to=args.profile,
+            postgres=args.postgres,
+        )
         results = asyncio.run(bench.run())
     results["meta"]["server_env"] = server_env
+    results["meta"]["database"] = "postgresql" if args.postgres else "sqlite"
+    if args.postgres:
+        results["meta"]["postgres_databases"] = f"{bench.prefix_id}_%"  # dropped at the end
     results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     from bench import report

@@ -12,14 +12,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+
+from tests.test_daphne import POSTGRES_ADMIN_URL, needs_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_bench(out: Path, sections: str) -> dict[str, Any]:
+def run_bench(out: Path, sections: str, *extra: str) -> dict[str, Any]:
     # --out keeps the harness from writing into the repository.
-    command = [sys.executable, "-m", "bench.run", "--quick", "--tiny", "--only", sections]
+    command = [sys.executable, "-m", "bench.run", "--quick", "--tiny", "--only", sections, *extra]
     done = subprocess.run(
         [*command, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=280
     )
@@ -66,6 +69,25 @@ def test_the_quick_benchmark_measures_every_side_and_writes_its_results(tmp_path
     assert "## CPU per turn" in (tmp_path / "results.md").read_text()
     assert (tmp_path / "relay_cost.png").stat().st_size > 0
     assert (tmp_path / "turn_rate.png").stat().st_size > 0
+
+
+@needs_postgres
+@pytest.mark.timeout(300)
+def test_the_turn_cpu_burst_runs_on_postgresql_and_drops_its_databases(tmp_path: Path) -> None:
+    results = run_bench(
+        tmp_path, "turn_cpu", "--sides", "chatsite", "--postgres", POSTGRES_ADMIN_URL
+    )
+
+    assert results["meta"]["database"] == "postgresql"
+    burst = results["turn_cpu"]["chatsite"]["bursts"][0]
+    assert burst["ok"] == burst["turns"] == 3, burst["errors"]
+    assert burst["server_cpu_ms"] > 0
+    # The run's template and its server's database are gone after it.
+    names = results["meta"]["postgres_databases"]
+    assert names.startswith("bench_")
+    with psycopg.connect(POSTGRES_ADMIN_URL) as admin:
+        left = admin.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (names,))
+        assert left.fetchall() == []
 
 
 @pytest.mark.browser
