@@ -20,7 +20,7 @@ from chat.limits.plans import forget_cached_limits
 from chat.models import Conversation, Message, Plan, Quota
 from chat.protocol import Prompt, Regenerate
 from chat.tiers.policy import clear_policy_cache
-from chat.turns.start import _begin_exchange
+from chat.turns.start import _asking_tab_html, _begin_exchange
 from chat.turns.turn import _save_answer
 from tests.conftest import session_key_for
 from tests.long_conversation import long_conversation
@@ -74,6 +74,46 @@ def test_a_new_conversation_starts_without_reading_a_history(owner: Any) -> None
     count = _count(lambda: _begin_exchange(frame, owner.pk, session, model="m", tier="full"))
     # The session, BEGIN, the custom instructions, 4 writes, COMMIT: no history is read.
     assert count == 8, count
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_plain_exchanges_bubbles_render_off_the_orm_thread_with_no_query(owner: Any) -> None:
+    """A new conversation's and a follow-up's bubbles are left to the caller, which renders
+    them off the ORM thread (chat/turns/start.py): from the objects `_begin_exchange` loaded,
+    with no query (a query there would open a connection on another thread)."""
+    session = session_key_for(owner)
+    follow_up = _conversation_with(owner, 2)
+    for frame in (
+        Prompt(text="first <question>"),
+        Prompt(text="next <question>", conversation=str(follow_up.id)),
+    ):
+        begun = _begin_exchange(frame, owner.pk, session, model="m", tier="full")
+        assert begun is not None
+        exchange, html, _reopened = begun
+        assert html is None, "a plain exchange is rendered off the ORM thread, not on it"
+        with CaptureQueriesContext(connection) as queries:
+            html = _asking_tab_html(exchange)
+        assert len(queries) == 0, [q["sql"][:80] for q in queries.captured_queries]
+        assert exchange.prompt is not None
+        assert f'id="msg-{exchange.prompt.mid}"' in html
+        assert f'id="msg-{exchange.answer.mid}"' in html
+        assert "next &lt;question&gt;" in html or "first &lt;question&gt;" in html
+        assert ('id="conversation-id"' in html) == exchange.created
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_an_edits_bubbles_still_render_on_the_orm_thread(owner: Any) -> None:
+    """A fork's bubbles carry their "2 / 2" arrows, a query: rendered where it can query."""
+    session = session_key_for(owner)
+    conversation = _conversation_with(owner, 2)
+    edited = conversation.messages.filter(role=Message.Role.USER).order_by("id").last()
+    assert edited is not None
+    frame = Prompt(text="edited", conversation=str(conversation.id), replaces=edited.mid)
+    begun = _begin_exchange(frame, owner.pk, session, model="m", tier="full")
+    assert begun is not None
+    exchange, html, _reopened = begun
+    assert exchange.forked
+    assert html is not None and "data-fork-after=" in html and "2 / 2" in html
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)

@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 
@@ -63,7 +64,7 @@ async def start_turn(
         # The plan, not the device, has the last word on the full model (issue 13.10).
         tier = await tier_within_plan(tier, user_id)
         picked = _picked(frame, tier)
-        # One trip to the ORM thread: the session re-check, the exchange and its HTML.
+        # One trip to the ORM thread: the session re-check, the exchange (and a fork's HTML).
         begun = await database_sync_to_async(_begin_exchange)(
             frame,
             user_id,
@@ -82,6 +83,11 @@ async def start_turn(
         raise conversations.SessionEnded
     exchange, html, reopened = begun
     try:
+        if html is None:
+            # A plain exchange's bubbles need no query: rendered off the ORM thread, where the
+            # next turn's start is not waiting behind them; before the turn starts, so the
+            # asking tab still gets them before any chunk of its answer.
+            html = await sync_to_async(_asking_tab_html, thread_sensitive=False)(exchange)
         earlier = None
         if reopened is not None:
             earlier = (await earlier_chunks(reopened), reopened.usage)
@@ -219,12 +225,14 @@ def _begin_exchange(
     admission: dict[str, Any] | None = None,
     picked: str | None = None,
     allowed: frozenset[str] = frozenset(),
-) -> tuple[conversations.Exchange, str, Reopened | None] | None:
-    """Store a new exchange and render its HTML; None if the session has ended.
+) -> tuple[conversations.Exchange, str | None, Reopened | None] | None:
+    """Store a new exchange; None if the session has ended.
 
     The socket's user was resolved at connect, so the session is re-checked per prompt
     (PITFALLS). All of it runs in one call on the ORM thread: that thread is a queue every
     turn passes through, and each extra trip is a wait on the path to the first token.
+    The HTML is rendered here only for a fork (its "2 / 3" arrows query); a plain exchange's
+    is None, rendered by the caller off this thread (`_asking_tab_html`, no query).
     """
     if not sessions.session_is_valid(user_id, session_key):
         return None
@@ -262,6 +270,14 @@ def _begin_exchange(
         return exchange, "", reopened
     else:  # pragma: no cover - TurnFrame is closed
         raise conversations.BadRequest("That frame does not start a turn.")
+    if not exchange.forked:
+        return exchange, None, None
     # Only the new messages, even for a fork: the page drops what followed the fork itself.
-    html = fragments.exchange_html(exchange, target="#messages", watch=False)
-    return exchange, html, None
+    return exchange, _asking_tab_html(exchange), None
+
+
+def _asking_tab_html(exchange: conversations.Exchange) -> str:
+    """The asking tab's bubbles of a new exchange. No query for a plain exchange, given the
+    objects `_begin_exchange` loaded (tests/test_queries.py), so it may run off the ORM thread;
+    a fork's "2 / 3" arrows query, so a fork's runs on it."""
+    return fragments.exchange_html(exchange, target="#messages", watch=False)
