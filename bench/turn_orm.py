@@ -1,5 +1,6 @@
-"""Benchmark: a turn's work on the ORM thread, alone — start (session, exchange, bubbles' HTML)
-and finish (save, usage, final frame) — on a migrated SQLite file, with no server around it.
+"""Benchmark: a turn's work on the ORM thread, alone — start (session, exchange; a plain
+exchange's bubbles are rendered off that thread, so not here) and finish (save, usage, final
+frame) — on a migrated SQLite file, with no server around it.
 
 Usage: .venv/bin/python bench/turn_orm.py [--turns 500] [--profile OUT.txt] [--database URL]
 Prints CPU per turn (process time: both calls, as `database_sync_to_async` runs them) for a
