@@ -123,6 +123,28 @@ async def test_only_stopped_cut_or_length_limited_answers_continue(
     assert (await message(done["done"]["mid"])).text == "done and dusted"
 
 
+async def test_only_the_last_answer_of_the_conversation_continues(
+    connect: Any, owner: Any
+) -> None:
+    # An earlier stopped answer that a later exchange follows: going on with it would rewrite
+    # what the later prompt was answered from (the new user's review found the button there).
+    comm = await connect(owner)
+    await comm.send_to(text_data=ask("/cut 12"))
+    cut = await receive_until_done(comm)
+    earlier = cut["done"]["mid"]
+    conversation = (await message(earlier)).conversation_id
+    await comm.send_to(text_data=ask("/echo second", str(conversation)))
+    await receive_until_done(comm)
+
+    await comm.send_to(text_data=go_on(earlier))
+    error = await next_json(comm)
+    assert error["code"] == "bad_request" and error["mid"] == earlier
+    assert "last answer" in error["message"]
+    stored = await message(earlier)
+    assert stored.status == Message.Status.FAILED
+    assert stored.text == cut["text"]
+
+
 async def test_two_continues_at_once_go_on_exactly_once(
     connect: Any, owner: Any, settings: Any, slow_demo_upstream: str
 ) -> None:

@@ -20,6 +20,9 @@ from chat.turns.streamlog import StreamLogUnavailable, get_stream_log
 from chat.upstream.items import Usage
 
 NOT_CONTINUABLE = "Only a stopped, cut or length-limited answer can be continued."
+NOT_LAST = (
+    "Only the conversation's last answer can be continued: ask again below, or Regenerate."
+)
 ALREADY = "That answer is already going on."
 
 
@@ -68,6 +71,10 @@ def do_continue(
         if prompt is None:
             raise conversations.BadRequest(NOT_CONTINUABLE)
         conversation = answer.conversation
+        if conversation.leaf_id != answer.pk:
+            # Going on with an answer that later exchanges follow would rewrite what they
+            # were asked and answered from.
+            raise conversations.BadRequest(NOT_LAST)
         before = branches.history_to(
             prompt.pk, extra_chars=len(answer.text), budget=settings.LLM_CONTEXT_CHARS
         )

@@ -71,6 +71,34 @@ def test_stop_then_continue_gives_one_longer_answer(
     context.close()
 
 
+@pytest.mark.parametrize("device", ["desktop", PHONES[0]])
+def test_continue_is_offered_on_the_last_answer_only(
+    browser: Browser, server: str, device: str
+) -> None:
+    # A stopped answer followed by another exchange: Continue there would rewrite what the
+    # later answer was written from (the new user's review pressed it), so it is not offered.
+    context = signed_in_context(browser, server, **DEVICES[device])
+    page = open_chat(context)
+    errors = watch_for_errors(page)
+    send(page, "/long 120")
+    first = wait_for_answer(page, 1)
+    page.wait_for_function(
+        "(el) => el.querySelector('.body').textContent.length > 40", arg=first.element_handle()
+    )
+    press(page, page.get_by_role("button", name="■ Stop"))
+    expect(first).to_have_attribute("data-status", "stopped")
+    expect(first.get_by_role("button", name="Continue")).to_be_visible()
+
+    send(page, "/echo second")
+    second = wait_for_answer(page, 2)
+    expect(second).to_have_attribute("data-status", "complete")
+    expect(first.get_by_role("button", name="Continue")).to_be_hidden()
+    page.reload()
+    expect(answers(page).first.get_by_role("button", name="Continue")).to_be_hidden()
+    assert errors == []
+    context.close()
+
+
 @pytest.mark.parametrize("device", list(DEVICES))
 def test_a_length_limited_answer_continues_until_it_ends(
     browser: Browser, server: str, device: str
