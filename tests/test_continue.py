@@ -123,9 +123,7 @@ async def test_only_stopped_cut_or_length_limited_answers_continue(
     assert (await message(done["done"]["mid"])).text == "done and dusted"
 
 
-async def test_only_the_last_answer_of_the_conversation_continues(
-    connect: Any, owner: Any
-) -> None:
+async def test_only_the_last_answer_of_the_conversation_continues(connect: Any, owner: Any) -> None:
     # An earlier stopped answer that a later exchange follows: going on with it would rewrite
     # what the later prompt was answered from (the new user's review found the button there).
     comm = await connect(owner)

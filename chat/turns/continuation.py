@@ -20,9 +20,7 @@ from chat.turns.streamlog import StreamLogUnavailable, get_stream_log
 from chat.upstream.items import Usage
 
 NOT_CONTINUABLE = "Only a stopped, cut or length-limited answer can be continued."
-NOT_LAST = (
-    "Only the conversation's last answer can be continued: ask again below, or Regenerate."
-)
+NOT_LAST = "Only the conversation's last answer can be continued: ask again below, or Regenerate."
 ALREADY = "That answer is already going on."
 
 
