@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from typing import Any
 
@@ -388,6 +389,33 @@ async def test_a_socket_whose_send_fails_is_closed_not_left_silent_and_the_answe
             break
         await asyncio.sleep(0.05)
     assert message.status == "complete" and message.text == "kept anyway"
+
+
+async def test_a_client_gone_while_we_send_is_one_info_line_not_an_error(
+    connect: Any, owner: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The hostile review closed resuming tabs mid-replay: each logged an ERROR with a
+    # traceback, so any user could flood the error log. autobahn raises Disconnected then.
+    from autobahn.exception import Disconnected
+    from channels.generic.websocket import AsyncWebsocketConsumer
+
+    comm = await connect(owner)
+    original = AsyncWebsocketConsumer.send
+
+    async def gone(self: Any, text_data: str | None = None, **kwargs: Any) -> None:
+        if text_data and '"chunk"' in text_data:
+            raise Disconnected("Attempt to send on a closed protocol")
+        await original(self, text_data, **kwargs)
+
+    monkeypatch.setattr(AsyncWebsocketConsumer, "send", gone)
+    caplog.set_level(logging.INFO, logger="chat.sockets.outbox")
+    await comm.send_to(text_data=json.dumps(prompt("/echo kept anyway")))
+    async with asyncio.timeout(10):
+        while (await comm.receive_output(timeout=10))["type"] != "websocket.close":
+            pass
+    records = [r for r in caplog.records if r.name == "chat.sockets.outbox"]
+    assert [r.levelno for r in records] == [logging.INFO]
+    assert "closed by the client" in records[0].getMessage() and records[0].exc_info is None
 
 
 async def test_a_turn_whose_database_trip_fails_still_sends_done(

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from autobahn.exception import Disconnected
 from django.conf import settings
 
 from chat import protocol
@@ -104,10 +105,14 @@ class Outbox:
                         await asyncio.sleep(0)  # the server writes it out; others run
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as error:
             # A socket that cannot send must not stay open and silent: close it; the tab
-            # reconnects and resumes from the stream log.
-            log.exception("socket send failed; closing it")
+            # reconnects and resumes from the stream log. A client that went away while we
+            # sent is ordinary (one line); anything else is an error worth its traceback.
+            if isinstance(error, Disconnected):
+                log.info("socket closed by the client while sending; closing it")
+            else:
+                log.exception("socket send failed; closing it")
             self.sealed = True
             outbox.clear()
             with contextlib.suppress(Exception):
