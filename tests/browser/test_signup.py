@@ -75,3 +75,29 @@ def test_the_fields_look_alike_and_a_weak_password_is_refused_under_password(
     expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
     assert errors == []
     context.close()
+
+
+@pytest.mark.parametrize("device", ["desktop", "android"])
+def test_only_the_password_rules_are_called_requirements(
+    browser: Browser, server: str, device: str
+) -> None:
+    # New users read "Requirements" under the optional e-mail and wondered what it required:
+    # its help is shown as it is, "Requirements" is kept for what a field must satisfy.
+    context = new_context(browser, server, **DEVICES[device])
+    page = context.new_page()
+    page.goto("/accounts/signup/")
+    email = page.get_by_label("Email (optional)", exact=True)
+    expect(email).to_have_accessible_description(
+        "Only used to reset your password if you forget it."
+    )
+    note = page.locator("p.help", has_text="Only used to reset your password")
+    expect(note).to_be_visible()
+    expect(page.locator("details.help", has_text="Only used to reset")).to_have_count(0)
+
+    # The password's rules stay behind "Requirements", and open with a tap or a click.
+    rules = page.locator("details.help").filter(has=page.locator("li"))
+    expect(rules).to_have_count(1)
+    expect(rules.locator("summary")).to_have_text("Requirements")
+    use(device != "desktop", rules.locator("summary"))
+    expect(rules.locator("li").first).to_be_visible()
+    context.close()
