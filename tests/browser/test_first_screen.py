@@ -146,3 +146,44 @@ def test_a_starter_pressed_offline_is_kept_in_the_box_to_send_later(
     expect(page.locator("#prompt")).to_have_value("")
     assert errors == []
     context.close()
+
+
+# The starters' rows (buttons grouped by their top edge) and whether any runs past the screen.
+STARTER_ROWS = """() => {
+  const width = document.documentElement.clientWidth;
+  const rows = new Map();
+  let overflow = document.documentElement.scrollWidth > width;
+  for (const button of document.querySelectorAll(".starters .starter")) {
+    const box = button.getBoundingClientRect();
+    const top = Math.round(box.top);
+    rows.set(top, (rows.get(top) || 0) + 1);
+    if (box.left < 0 || box.right > width + 0.5) overflow = true;
+  }
+  return {rows: [...rows.values()], overflow};
+}"""
+
+
+@pytest.mark.parametrize(
+    ("device", "width"),
+    [("desktop", 1280), ("desktop", 1024), ("android", 360), ("iphone", 360)],
+)
+def test_the_starters_lay_out_in_even_rows_within_the_screen(
+    browser: Browser, server: tuple[str, str], device: str, width: int
+) -> None:
+    # auto-fit laid the four out as 3 + 1 on a desktop: a lone starter on its own row.
+    base, _ = server
+    options = {**DEVICES[device]}
+    if device == "desktop":
+        options["viewport"] = {"width": width, "height": 900}
+    context = signed_in_context(browser, base, **options)
+    page = open_chat(context)
+    starters = page.get_by_role("list", name="Starter prompts").get_by_role("button")
+    expect(starters).to_have_count(4)
+    layout = page.evaluate(STARTER_ROWS)
+    assert not layout["overflow"], layout
+    assert layout["rows"] in ([2, 2], [4], [1, 1, 1, 1]), layout
+    # Each one is still pressed as a person would: the last asks its prompt.
+    prompt = starters.last.get_attribute("data-prompt") or ""
+    press(page, starters.last)
+    expect(page.locator("article.msg-user .body")).to_have_text(prompt)
+    context.close()
