@@ -26,12 +26,14 @@ export function start() {
     },
     true, // toggle does not bubble
   );
-  // The share result (the link, Copy link, Stop sharing) makes an open menu taller.
-  // Shown from the result down to Delete, even if the menu's top then leaves the view (on a
-  // phone, the menu with the result is taller than the list's visible part).
+  // The share result (the link, Copy link, Stop sharing) makes an open menu taller: shown
+  // down to its end, but never past its row's top (scrolled from the result, the row went out
+  // of view and people lost which conversation they had shared). On a phone the menu with the
+  // result is taller than the list's visible part: the row and the result stay, Delete is a
+  // scroll away.
   document.body.addEventListener("htmx:afterSettle", (event) => {
     const menu = event.target.closest?.("details.conv-menu[open]");
-    if (menu) showWholeMenu(menu, event.target);
+    if (menu) showWholeMenu(menu);
   });
   document.addEventListener("click", (event) => {
     for (const menu of openMenus()) if (!menu.contains(event.target)) menu.open = false;
@@ -42,13 +44,13 @@ export function start() {
 }
 
 /**
- * Scroll the conversation list (only it) so that an open "⋯" menu is in view from `from` (its
- * row, unless told) to its end: near the list's end it would run below the list's visible
- * edge. Where that is taller than the view, its top wins.
+ * Scroll the conversation list (only it) so that an open "⋯" menu is in view from its row to
+ * its end: near the list's end it would run below the list's visible edge. Where that is
+ * taller than the view, the row's top wins.
  * @param {HTMLDetailsElement} menu
- * @param {Element} [from]
  */
-function showWholeMenu(menu, from = menu.closest("li.conv")) {
+function showWholeMenu(menu) {
+  const from = menu.closest("li.conv");
   const list = menu.closest("#conversation-list");
   if (!list || !from) return;
   const view = list.getBoundingClientRect();
