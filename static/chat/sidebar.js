@@ -108,13 +108,32 @@ export function isMenuOpen() {
   return openMenus().length > 0;
 }
 
-/** Close the open "⋯" or ⚙ menu; focus goes back to its button if it was inside. */
+/** Close the open "⋯" or ⚙ menu; focus goes back to its button if it was inside (on a phone
+ * ⚙ is not in the header: then to the header's ⋯, which opened it). */
 export function closeMenu() {
   for (const menu of openMenus()) {
     const hadFocus = menu.contains(document.activeElement);
     menu.open = false;
-    if (hadFocus) menu.querySelector("summary")?.focus();
+    if (!hadFocus) continue;
+    const summary = menu.querySelector("summary");
+    if (summary?.checkVisibility()) summary.focus();
+    else document.querySelector("#share-menu > summary")?.focus();
   }
+}
+
+/**
+ * The header ⋯ menu's "System prompt for this chat" (on a phone, where ⚙ is not in the header):
+ * opens ⚙'s menu. After this click has run its course: every other menu closes on a click
+ * outside it, and this one is outside ⚙'s.
+ */
+export function openSystemPrompt() {
+  const settings = document.getElementById("conversation-settings-menu");
+  if (!settings || settings.hidden) return;
+  setTimeout(() => {
+    settings.open = true;
+    // A keyboard's user goes on typing; a phone's keyboard comes up only when asked for.
+    if (!matchMedia("(pointer: coarse)").matches) document.getElementById("system-prompt")?.focus();
+  });
 }
 
 /** The id of the conversation this page shows ("" before the first prompt of a new chat). */

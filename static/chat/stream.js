@@ -107,6 +107,7 @@ const actions = new Map([
   ["copy-code", (button) => copy.copyCode(button)],
   ["copy-link", (button) => copy.copyLink(button)],
   ["close-menu", () => sidebar.closeMenu()],
+  ["open-system-prompt", () => sidebar.openSystemPrompt()],
   ["open-drawer", () => sidebar.setDrawer(true)],
   ["close-drawer", () => sidebar.setDrawer(false)],
 ]);

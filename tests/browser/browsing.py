@@ -164,6 +164,19 @@ def fill(page: Page, touch: bool, label: str, text: str) -> None:
     page.keyboard.type(text)
 
 
+def open_system_prompt(page: Page) -> None:
+    """Open this conversation's system prompt as its user would: ⚙ in the header or, on a phone
+    (⚙ leaves the header there, the title needs the room), the header's ⋯ menu."""
+    gear = page.locator("#conversation-settings-menu > summary")
+    if gear.is_visible():
+        press(page, gear)
+    else:
+        press(page, page.locator("#share-menu > summary"))
+        item = page.locator("#share-menu").get_by_role("button", name="System prompt for this chat")
+        press(page, item)
+    expect(page.locator("#system-prompt")).to_be_visible()
+
+
 def type_prompt(page: Page, text: str) -> None:
     """Put the caret in the prompt box (a tap on a phone) and type `text`, keeping it there."""
     press(page, page.locator("#prompt"))

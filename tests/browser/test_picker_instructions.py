@@ -15,6 +15,7 @@ from tests.browser.browsing import (
     chatsite_with_database,
     is_touch,
     open_chat,
+    open_system_prompt,
     press,
     send,
     signed_in_context,
@@ -143,13 +144,13 @@ def test_instructions_and_a_system_prompt_reach_the_model(
 
     # The conversation's own system prompt, under ⚙ in its header (the page of the chat).
     page.wait_for_url("**/c/*/")
-    press(page, page.locator("#conversation-settings-menu > summary"))
+    open_system_prompt(page)
     prompt_box = page.get_by_label("System prompt for this conversation")
     press(page, prompt_box)
     page.keyboard.insert_text("Keep it short.")
     press(page, page.locator("#conversation-settings").get_by_role("button", name="Save"))
     expect(page.locator("#conversation-settings .saved")).to_have_text("Saved.")
-    press(page, page.locator("#conversation-settings-menu > summary"))  # close it
+    press(page, page.locator("#chat-title"))  # close it (a tap elsewhere)
 
     send(page, "/echo-system")
     second = wait_for_answer(page, 2)
