@@ -154,6 +154,60 @@ def test_markdown_renders_while_it_streams_and_nothing_moves_at_the_end(
     context.close()
 
 
+# Per animation frame, while the answer streams and a few frames after: its status, how far
+# the body's bottom is above the thread's bottom, and whether the thread is at its bottom
+# (and can scroll at all).
+BOTTOMS = """
+(article) => {
+  const m = document.getElementById("messages");
+  const body = article.querySelector(".body");
+  const seen = (window.__bottoms = []);
+  let after = 5;
+  const tick = () => {
+    seen.push({
+      status: article.dataset.status,
+      gap: m.getBoundingClientRect().bottom - body.getBoundingClientRect().bottom,
+      atBottom: m.scrollHeight - m.clientHeight - m.scrollTop <= 2,
+      scrolls: m.scrollHeight > m.clientHeight + 50,
+    });
+    if (article.dataset.status === "streaming" || --after > 0) requestAnimationFrame(tick);
+  };
+  requestAnimationFrame(tick);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def fast_server() -> Iterator[str]:
+    with running_chatsite(DEMO_TOKENS_PER_SECOND="200", DEMO_TTFB_MS="0") as base:
+        yield base
+
+
+@pytest.mark.parametrize("device", ["desktop", PHONES[0]])
+def test_a_reader_at_the_bottom_sees_nothing_move_up_when_the_answer_ends(
+    browser: Browser, fast_server: str, device: str
+) -> None:
+    # The new user's review: the footer's buttons and the details line came at `done` and
+    # pushed the last lines read up by 70 px. A streaming answer now keeps their room.
+    context = signed_in_context(browser, fast_server, **DEVICES[device])
+    page = context.new_page()
+    page.goto("/")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    send(page, "/long 700")
+    answer = wait_for_answer(page, 1)
+    answer.evaluate(BOTTOMS)
+    expect(answer).to_have_attribute("data-status", "complete", timeout=30_000)
+    page.wait_for_function("() => window.__bottoms.at(-1).status === 'complete'")
+    page.wait_for_timeout(300)
+    seen: list[dict[str, Any]] = page.evaluate("() => window.__bottoms")
+    streaming = [s for s in seen if s["status"] == "streaming" and s["scrolls"] and s["atBottom"]]
+    assert streaming, "the answer never filled the thread while it streamed"
+    end = seen[-1]
+    assert end["status"] == "complete" and end["atBottom"]
+    assert abs(end["gap"] - streaming[-1]["gap"]) <= 2, (streaming[-1], end)
+    context.close()
+
+
 def test_an_unclosed_code_fence_shows_as_a_code_block_that_grows(
     browser: Browser, server: str
 ) -> None:
