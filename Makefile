@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8000
 STAMP := $(VENV)/.installed
+APP_STAMP := $(VENV)/.installed-app
 
 .PHONY: run test test-python test-js lint typecheck install migrate vendor-check bench bench-full \
         cluster screenshots test-real-upstream clean superuser
@@ -12,14 +13,23 @@ STAMP := $(VENV)/.installed
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
+# `make run` installs the app alone (quicker on a fresh machine); the tests' and benchmarks'
+# tools (a browser driver, plotting) come with `make test`, `make install` and the rest.
+$(APP_STAMP): pyproject.toml | $(BIN)/python
+	@echo "Installing chatsite into $(VENV) (the first time takes a minute or two)..."
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(APP_STAMP)
+
 $(STAMP): pyproject.toml | $(BIN)/python
+	@echo "Installing chatsite with its test and benchmark tools into $(VENV) (the first time takes a few minutes)..."
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
-	touch $(STAMP)
+	touch $(STAMP) $(APP_STAMP)
 
 install: $(STAMP)
 
-migrate: $(STAMP)
+migrate: $(APP_STAMP)
 	DJANGO_DEBUG=1 $(BIN)/python manage.py migrate --noinput
 
 # One daphne process, SQLite, no Redis, the built-in demo model: nothing else to start.
