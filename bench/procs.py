@@ -213,7 +213,11 @@ def working_tree_changes() -> list[str]:
 
 def migrated_database(directory: Path) -> str:
     """A freshly migrated SQLite database in `directory`; returns its DATABASE_URL."""
-    url = f"sqlite:///{directory / 'db.sqlite3'}"
+    return _migrated(f"sqlite:///{directory / 'db.sqlite3'}")
+
+
+def _migrated(url: str) -> str:
+    """The database at `url` brought up to date by `manage.py migrate`; returns `url`."""
     subprocess.run(
         [PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"],
         cwd=ROOT,
@@ -239,14 +243,7 @@ def _postgres_admin(admin_url: str, *statements: str) -> None:
 def migrated_postgres(admin_url: str, name: str) -> str:
     """A new, migrated PostgreSQL database `name` (a template for postgres_copy); its URL."""
     _postgres_admin(admin_url, f'DROP DATABASE IF EXISTS "{name}"', f'CREATE DATABASE "{name}"')
-    url = _postgres_url(admin_url, name)
-    subprocess.run(
-        [PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"],
-        cwd=ROOT,
-        env=server_env(DATABASE_URL=url),
-        check=True,
-    )
-    return url
+    return _migrated(_postgres_url(admin_url, name))
 
 
 def postgres_copy(admin_url: str, template_url: str, name: str) -> str:

@@ -36,6 +36,19 @@ def server() -> Iterator[str]:
         yield base
 
 
+def stopped_long_answer(page: Page, index: int = 1, *, shown: int = 40) -> Locator:
+    """Ask `/long 120` and press Stop once the answer (the `index`-th) shows `shown` characters."""
+    send(page, "/long 120")
+    answer = wait_for_answer(page, index)
+    page.wait_for_function(
+        f"(el) => el.querySelector('.body').textContent.length > {shown}",
+        arg=answer.element_handle(),
+    )
+    press(page, page.get_by_role("button", name="■ Stop"))
+    expect(answer).to_have_attribute("data-status", "stopped")
+    return answer
+
+
 @pytest.mark.parametrize("device", list(DEVICES))
 def test_stop_then_continue_gives_one_longer_answer(
     browser: Browser, server: str, device: str
@@ -44,13 +57,7 @@ def test_stop_then_continue_gives_one_longer_answer(
     page = open_chat(context)
     errors = watch_for_errors(page)
     whole = long_text(120)
-    send(page, "/long 120")
-    answer = wait_for_answer(page, 1)
-    page.wait_for_function(
-        "(el) => el.querySelector('.body').textContent.length > 40", arg=answer.element_handle()
-    )
-    press(page, page.get_by_role("button", name="■ Stop"))
-    expect(answer).to_have_attribute("data-status", "stopped")
+    answer = stopped_long_answer(page)
     old = source_text(answer)
     assert 40 <= len(old) < len(whole)
 
@@ -80,13 +87,7 @@ def test_continue_is_offered_on_the_last_answer_only(
     context = signed_in_context(browser, server, **DEVICES[device])
     page = open_chat(context)
     errors = watch_for_errors(page)
-    send(page, "/long 120")
-    first = wait_for_answer(page, 1)
-    page.wait_for_function(
-        "(el) => el.querySelector('.body').textContent.length > 40", arg=first.element_handle()
-    )
-    press(page, page.get_by_role("button", name="■ Stop"))
-    expect(first).to_have_attribute("data-status", "stopped")
+    first = stopped_long_answer(page)
     expect(first.get_by_role("button", name="Continue")).to_be_visible()
 
     send(page, "/echo second")
@@ -231,13 +232,7 @@ def test_another_tab_keeps_showing_a_continued_answer_as_it_goes_on(
 ) -> None:
     context = signed_in_context(browser, server, **DEVICES[device])
     page = open_chat(context)
-    send(page, "/long 120")
-    answer = wait_for_answer(page, 1)
-    page.wait_for_function(
-        "(el) => el.querySelector('.body').textContent.length > 80", arg=answer.element_handle()
-    )
-    press(page, page.get_by_role("button", name="■ Stop"))
-    expect(answer).to_have_attribute("data-status", "stopped")
+    answer = stopped_long_answer(page, shown=80)
     mid = answer.get_attribute("data-mid")
     old = source_text(answer)
 
