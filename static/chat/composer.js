@@ -15,6 +15,7 @@ const sendButton = document.getElementById("send");
 const stopButton = document.getElementById("stop");
 const statusEl = document.getElementById("composer-status");
 const editingEl = document.getElementById("editing");
+const keysEl = document.getElementById("composer-keys");
 const touchScreen = matchMedia("(pointer: coarse)").matches;
 
 // A turn was asked for and neither accepted nor refused yet: `fromBox` holds the text sent from
@@ -28,7 +29,7 @@ export function start() {
   // On a touch screen the keyboard's Return key makes a new line; the Send button sends.
   promptEl.enterKeyHint = enterKeyHint({ touch: touchScreen });
   const hint = keysHint({ touch: touchScreen });
-  document.getElementById("composer-keys").textContent = hint.short;
+  keysEl.textContent = hint.short;
   document.getElementById("editing-note").textContent = hint.editing;
   for (const el of document.querySelectorAll("[data-keys-hint]")) el.textContent = hint.long;
   form.addEventListener("submit", (event) => {
@@ -209,6 +210,7 @@ export function startEdit(article) {
   editing = { mid: article.dataset.mid, draft };
   editingEl.hidden = false;
   sendButton.textContent = "Save & send";
+  keysEl.textContent = keysHint({ touch: touchScreen }).shortEditing;
   promptEl.setAttribute("aria-describedby", "editing-note composer-status composer-keys");
   promptEl.value = text;
   autosize();
@@ -254,6 +256,7 @@ function leaveEditMode(draft) {
   markEdited("");
   editingEl.hidden = true;
   sendButton.textContent = "Send";
+  keysEl.textContent = keysHint({ touch: touchScreen }).short;
   promptEl.setAttribute("aria-describedby", "composer-status composer-keys");
   promptEl.value = draft;
   autosize();

@@ -32,21 +32,24 @@ export function enterKeyHint({ touch }) {
 }
 
 /**
- * The page's words for what the keys do on this device: `short` under the prompt box, `long`
- * on the first screen, `editing` above the box while an earlier prompt is edited (a phone's
- * on-screen keyboard has no Esc key).
+ * The page's words for what the keys do on this device: `short` under the prompt box
+ * (`shortEditing` there while an earlier prompt is edited: the button then says "Save & send"),
+ * `long` on the first screen, `editing` above the box while an earlier prompt is edited (a
+ * phone's on-screen keyboard has no Esc key).
  * @param {{touch: boolean}} page
- * @returns {{short: string, long: string, editing: string}}
+ * @returns {{short: string, shortEditing: string, long: string, editing: string}}
  */
 export function keysHint({ touch }) {
   return touch
     ? {
         short: "Return: new line · Send button sends",
+        shortEditing: "Return: new line · Save & send sends",
         long: "Return makes a new line; tap Send to send, and Stop to end an answer.",
         editing: "Editing an earlier message — Tap Cancel to stop editing",
       }
     : {
         short: "Enter sends · Shift+Enter new line",
+        shortEditing: "Enter saves & sends · Shift+Enter new line",
         long:
           "Enter sends, Shift+Enter makes a new line, Esc stops an answer, " +
           "Ctrl+Shift+O starts a new chat.",

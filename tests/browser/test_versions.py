@@ -62,6 +62,26 @@ def copied(page: Page, answer: Locator) -> str:
     return text
 
 
+@pytest.mark.parametrize("device", ["desktop", "android"])
+def test_the_hint_under_the_box_names_save_and_send_while_editing(
+    browser: Browser, server: str, device: str
+) -> None:
+    # The new user's review, on a phone: the hint said "Send button sends" while the button
+    # read "Save & send".
+    context = signed_in_context(browser, server, **DEVICES[device])
+    page = open_chat(context)
+    ask(page, "/echo one", 1)
+    keys, send_button = page.locator("#composer-keys"), page.locator("#send")
+    plain = keys.text_content()
+    press(page, prompts(page).first.get_by_role("button", name="Edit"))
+    expect(send_button).to_have_text("Save & send")
+    expect(keys).to_contain_text("Save & send" if device != "desktop" else "saves & sends")
+    press(page, page.get_by_role("button", name="Cancel"))
+    expect(send_button).to_have_text("Send")
+    expect(keys).to_have_text(plain or "")
+    context.close()
+
+
 def test_editing_an_earlier_prompt_shows_the_new_branch_and_the_arrows_switch_back(
     browser: Browser, server: str
 ) -> None:

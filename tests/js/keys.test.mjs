@@ -62,6 +62,11 @@ describe("keysHint", () => {
     assert.doesNotMatch(keysHint({ touch: true }).long, /Shift\+Enter|Esc|Ctrl/);
   });
 
+  test("while editing, the hint under the box names the button as it then reads", () => {
+    assert.match(keysHint({ touch: true }).shortEditing, /Save & send sends$/);
+    assert.match(keysHint({ touch: false }).shortEditing, /^Enter saves & sends/);
+  });
+
   test("editing names Esc only where there is an Esc key", () => {
     assert.match(keysHint({ touch: false }).editing, /Esc or Cancel to stop editing$/);
     assert.match(keysHint({ touch: true }).editing, /Tap Cancel to stop editing$/);
