@@ -133,7 +133,7 @@ class ChatConsumer(AsyncWebsocketConsumer, Outbox):
         # (logout, deactivation, a password change) while the socket stays open.
         self.session_key: str | None = self.scope["session"].session_key
         self.tier = self.scope["tier"]
-        self.open_outbox(self.user_id)  # its replays take turns with its user's others
+        self.open_outbox()
         self.watching: dict[str, Feed] = {}  # the answers it shows: turns here, or mirrors
         self.group = user_group(self.user_id)
         # The tab's conversation: turns elsewhere send it only its list's HTML (no orphan targets).

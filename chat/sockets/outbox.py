@@ -5,10 +5,7 @@ CHAT_SEND_BUFFER_FRAMES queued items the socket is condemned as a slow reader (c
 tab reconnects and resumes). A replay (a resume's chunks and blocks) is one item however long,
 its frames made as they are sent, with a pause every REPLAY_PAUSE_BYTES so the server writes
 them out and serves every other socket meanwhile: resuming a long answer is never mistaken for
-a tab that stopped reading. One user's replays in one process are sent REPLAYS_PER_USER at a
-time, the others waiting their turn in order (with what each socket queued behind them): twenty
-tabs of one user resuming a long answer again and again take turns, and another user's frames
-and replays are not made to wait behind them (hostile review, docs/security.md).
+a tab that stopped reading.
 """
 
 from __future__ import annotations
@@ -16,9 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from autobahn.exception import Disconnected
@@ -32,38 +28,6 @@ log = logging.getLogger(__name__)
 # waits: without a pause a replay would sit whole in daphne's buffer, past CHAT_SEND_BUFFER_BYTES
 # for a long answer, and hold the loop while it is queued).
 REPLAY_PAUSE_BYTES = 64 * 1024
-# Replays of one user that a process sends at once; the user's other replays wait their turn.
-REPLAYS_PER_USER = 1
-
-
-class ReplayTurns:
-    """Each user's replays in each event loop (production runs one; tests run servers in
-    threads): at most REPLAYS_PER_USER at once, the others waiting first come, first served.
-    A user with no replay holds no entry."""
-
-    def __init__(self) -> None:
-        self._loops: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[object, tuple[asyncio.Semaphore, list[int]]]
-        ] = weakref.WeakKeyDictionary()
-
-    @contextlib.asynccontextmanager
-    async def turn(self, owner: object) -> AsyncIterator[None]:
-        """Wait for `owner`'s turn to send a replay; hold it while inside."""
-        users = self._loops.setdefault(asyncio.get_running_loop(), {})
-        if owner not in users:
-            users[owner] = (asyncio.Semaphore(REPLAYS_PER_USER), [0])
-        semaphore, holding = users[owner]
-        holding[0] += 1  # its replays holding or waiting for a turn
-        try:
-            async with semaphore:
-                yield
-        finally:
-            holding[0] -= 1
-            if holding[0] == 0:
-                del users[owner]
-
-
-replay_turns = ReplayTurns()
 
 
 class Outbox:
@@ -74,7 +38,6 @@ class Outbox:
     # The task that drains the outbox, only while it has frames: an idle socket holds no task
     # and no event (memory per idle socket, docs/benchmarks.md).
     sender: asyncio.Task[None] | None
-    replay_owner: object  # whose replays this socket's take turns with (the user)
 
     if TYPE_CHECKING:
 
@@ -84,11 +47,10 @@ class Outbox:
 
         async def close(self, code: int | None = None, reason: str | None = None) -> None: ...
 
-    def open_outbox(self, owner: object) -> None:
+    def open_outbox(self) -> None:
         self.outbox = deque()
         self.sealed = False
         self.sender = None
-        self.replay_owner = owner
 
     def push(self, frame: str) -> None:
         """Queue a frame (turns call this from their flush); never blocks."""
@@ -132,17 +94,15 @@ class Outbox:
                 if isinstance(item, str):
                     await self.send(text_data=item)
                     continue
-                # The replay's bounds were taken when it was queued: waiting loses nothing.
-                async with replay_turns.turn(self.replay_owner):
-                    sent = 0
-                    for frame in item:
-                        if self.sealed:
-                            break  # cut, or logged out: nothing more of the replay
-                        await self.send(text_data=frame)
-                        sent += len(frame)
-                        if sent >= REPLAY_PAUSE_BYTES:
-                            sent = 0
-                            await asyncio.sleep(0)  # the server writes it out; others run
+                sent = 0
+                for frame in item:
+                    if self.sealed:
+                        break  # cut, or logged out: nothing more of the replay
+                    await self.send(text_data=frame)
+                    sent += len(frame)
+                    if sent >= REPLAY_PAUSE_BYTES:
+                        sent = 0
+                        await asyncio.sleep(0)  # the server writes it out; others run
         except asyncio.CancelledError:
             raise
         except Exception as error:
