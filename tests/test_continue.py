@@ -143,6 +143,24 @@ async def test_only_the_last_answer_of_the_conversation_continues(connect: Any, 
     assert stored.text == cut["text"]
 
 
+async def test_a_conversation_stored_without_a_leaf_continues_its_newest_answer(
+    connect: Any, owner: Any
+) -> None:
+    # Conversations stored before leaves were have none: the newest message is the last one.
+    comm = await connect(owner)
+    await comm.send_to(text_data=ask("/cut 12"))
+    cut = await receive_until_done(comm)
+    mid = cut["done"]["mid"]
+
+    def forget_leaf() -> None:
+        conversation = Message.objects.get(mid=mid).conversation
+        type(conversation).objects.filter(pk=conversation.pk).update(leaf=None)
+
+    await database_sync_to_async(forget_leaf)()
+    result = await continued(comm, mid, cut["done"]["seq"] - 1)
+    assert result["done"]["status"] == "complete"
+
+
 async def test_two_continues_at_once_go_on_exactly_once(
     connect: Any, owner: Any, settings: Any, slow_demo_upstream: str
 ) -> None:

@@ -69,7 +69,7 @@ def do_continue(
         if prompt is None:
             raise conversations.BadRequest(NOT_CONTINUABLE)
         conversation = answer.conversation
-        if conversation.leaf_id != answer.pk:
+        if branches.leaf_id(conversation) != answer.pk:  # (a None leaf: the newest message)
             # Going on with an answer that later exchanges follow would rewrite what they
             # were asked and answered from.
             raise conversations.BadRequest(NOT_LAST)
