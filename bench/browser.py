@@ -155,10 +155,12 @@ async def _one(
     prepare: Callable[[Any], Awaitable[None]] | None = None,
     trace: Path | None = None,
     profile: bool = False,
+    cpu_slowdown: float = 1.0,
 ) -> dict[str, Any]:
     """One answer on a fresh page. `context_options` (a phone's viewport), `prepare` (run on the
-    new context: bench/browser_ab.py serves a variant's static files through it) and `trace`
-    (a Chromium performance trace of the answer, written there) are for bench/browser_ab.py."""
+    new context: bench/browser_ab.py serves a variant's static files through it), `trace`
+    (a Chromium performance trace of the answer, written there) and `cpu_slowdown` (Chromium's
+    CPU throttling: a page on a device that many times slower) are for bench/browser_ab.py."""
     options = context_options or {"viewport": {"width": 1280, "height": 900}}
     context = await browser.new_context(**options)
     result: dict[str, Any] = {"renderer": renderer, "tokens": tokens}
@@ -171,6 +173,8 @@ async def _one(
         page = await context.new_page()
         cdp = await context.new_cdp_session(page)
         await cdp.send("Performance.enable")
+        if cpu_slowdown > 1:
+            await cdp.send("Emulation.setCPUThrottlingRate", {"rate": cpu_slowdown})
         prompt = f"/{answer} {tokens}"
         if renderer == "chatsite":
             await page.goto(base + "/")
@@ -183,7 +187,10 @@ async def _one(
                 )
                 tracing = True
             started = time.perf_counter()
-            await page.press("#prompt", "Enter")
+            if options.get("has_touch"):
+                await page.tap("#send")  # on a touch screen Return is a new line
+            else:
+                await page.press("#prompt", "Enter")
             done_selector = 'article.msg-assistant[data-status="complete"]'
         else:
             url = naive + NAIVE_PATH

@@ -48,6 +48,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=20000)
     parser.add_argument("--answer", default="markdown", choices=("markdown", "long"))
     parser.add_argument("--device", default="desktop", choices=("desktop", "phone"))
+    parser.add_argument(
+        "--cpu-slowdown",
+        type=float,
+        default=1.0,
+        metavar="N",
+        help="Chromium's CPU throttling: the page runs as on a device N times slower",
+    )
     parser.add_argument("--trace", type=Path, help="a folder for a performance trace per run")
     parser.add_argument("--profile", action="store_true", help="traces with JS stacks (slower)")
     parser.add_argument("--json", type=Path, help="write every run's results there")
@@ -100,6 +107,7 @@ async def _runs(args: argparse.Namespace, variants: dict[str, Path | None]) -> l
                             prepare=_serving(variants[name]),
                             trace=trace,
                             profile=args.profile,
+                            cpu_slowdown=args.cpu_slowdown,
                         )
                         result.update(variant=name, round=round_, load=round(load, 2))
                         if trace is not None and trace.exists():
