@@ -3,6 +3,7 @@
 // resume after a reconnect, and each answer's end (done, stop, failure).
 import { resumeFrame, stopFrame } from "./frames.js";
 import { LiveView } from "./live.js";
+import { Pace } from "./pace.js";
 import { ReorderBuffer } from "./reorder.js";
 import * as scroll from "./scroll.js";
 import { send, sendOrKeep } from "./socket.js";
@@ -226,6 +227,56 @@ export function paintNow() {
   if (dirty.size) paint(Infinity);
 }
 
+// --- frames that wait for the blocks before them ----------------------------------------
+// An answer that streams faster than this device lays it out (20,000 tokens in 1.5 s) is
+// placed over later frames (pace.js). A frame after its blocks (the answer's final HTML, its
+// `done`, the next turn's shell) then waits until they are placed, with every frame after it,
+// in order: placing them all at once before it would be one long task. A hidden page paints
+// nothing, so it never waits, and no frame waits longer than HOLD_MAX_MS.
+const held = [];
+let holdTimer = 0;
+const HOLD_MAX_MS = 3000;
+
+/**
+ * Handle a frame now or, while blocks wait to be placed, after them, in the order frames came.
+ * @param {() => void} handle
+ * @param {boolean} waits whether the frame waits for blocks to be placed; `chunk` and `block`
+ *   frames do not (they only queue text and blocks), but wait behind a frame that waits.
+ */
+export function inTurn(handle, waits = true) {
+  if (held.length || (waits && isBehind())) {
+    held.push(handle);
+    if (!holdTimer) holdTimer = setTimeout(release, HOLD_MAX_MS);
+  } else {
+    handle();
+  }
+}
+
+/** The page was hidden: it paints no more frames, so what waits is handled now. */
+export function releaseIfHidden() {
+  if (document.visibilityState === "hidden" && held.length) release();
+}
+
+function isBehind() {
+  if (document.visibilityState !== "visible") return false;
+  for (const watch of dirty) {
+    if (watch.blocks.length || watch.live?.waiting.has(watch.live.placed)) return true;
+  }
+  return false;
+}
+
+function releaseSoon() {
+  // Its own task, after this frame's layout: not added to the frame that placed the last block.
+  clearTimeout(holdTimer);
+  holdTimer = setTimeout(release, 0);
+}
+
+function release() {
+  clearTimeout(holdTimer);
+  holdTimer = 0;
+  for (const handle of held.splice(0)) handle();
+}
+
 function watchFor(mid) {
   let watch = watches.get(mid);
   if (!watch) {
@@ -249,40 +300,52 @@ function queuePaint(watch) {
   dirty.add(watch);
   if (paintQueued) return;
   paintQueued = true;
-  requestAnimationFrame(() => paint(PAINT_BUDGET_MS));
+  requestAnimationFrame((now) => paint(PAINT_BUDGET_MS, now));
 }
 
 // A page that fell behind (a busy machine, a burst of blocks) catches up over several frames
-// instead of in one long task: blocks are placed until this much of the frame is spent.
+// instead of in one long task: blocks are placed until this much of the frame is spent, or
+// until the frame holds as much HTML as this device lays out in one (pace.js), if sooner.
 const PAINT_BUDGET_MS = 12;
+const pace = new Pace();
 
-function paint(budget) {
+function paint(budget, now = performance.now()) {
   paintQueued = false;
   // Whether the reader follows, not where the thread is: the blocks placed last frame may have
   // grown by more than "near" since, and the thread must then still go to the bottom.
   const stick = scroll.following();
   const deadline = performance.now() + budget;
+  const chars = budget === Infinity ? Infinity : pace.frame(now);
+  const room = { chars };
   const behind = [];
   for (const watch of dirty) {
     const article = articleFor(watch.mid);
-    if (article && article.dataset.status === "streaming" && paintWatch(watch, article, deadline)) {
+    if (
+      article &&
+      article.dataset.status === "streaming" &&
+      paintWatch(watch, article, deadline, room)
+    ) {
       behind.push(watch);
     }
   }
   dirty.clear();
   for (const watch of behind) queuePaint(watch);
+  if (behind.length) pace.behind(now, chars - room.chars);
+  else if (held.length) releaseSoon();
   if (stick) scroll.scrollToBottom();
   else scroll.offerJump();
 }
 
 /** @returns {boolean} whether blocks are left for the next frame (the deadline passed) */
-function paintWatch(watch, article, deadline = Infinity) {
+function paintWatch(watch, article, deadline = Infinity, room = { chars: Infinity }) {
   const ready = watch.live?.waiting.has(watch.live.placed);
   if (!watch.pending.length && !watch.blocks.length && !ready) return false;
   const live = liveFor(watch, article.querySelector(".body"));
   // Blocks first: text they already cover is then skipped, not drawn and removed. Each is
   // O(its size): the answer is never re-parsed while it streams.
-  const behind = live.addBlocks(watch.blocks, deadline);
+  const before = live.chars;
+  const behind = live.addBlocks(watch.blocks, deadline, room.chars);
+  room.chars -= live.chars - before;
   watch.blocks.length = 0;
   if (behind) return true; // the text waits for the blocks before it
   if (watch.pending.length) live.addText(watch.pending.join(""));

@@ -12,6 +12,7 @@ export class LiveView {
     this.body = body;
     body.classList.add("is-live"); // chat.css: each block laid out on its own
     this.placed = 0; // blocks placed, in index order
+    this.chars = 0; // characters of HTML placed (pace.js)
     this.waiting = new Map(); // index -> a block frame that came before an earlier one
     this.end = 0; // code points of the answer that the placed blocks cover
     this.skip = 0; // code points still to arrive that placed blocks already cover
@@ -59,18 +60,20 @@ export class LiveView {
 
   /**
    * `block` frames: each is placed when every block before it is, replacing the tail's text it
-   * covers, until `deadline` (a `performance.now()` time; at least one block is placed). The
+   * covers, until `deadline` (a `performance.now()` time) or `chars` characters of HTML
+   * placed, whichever comes first (at least one block is placed). The
    * tail is drawn again once, after the last block placed, not after each: a batch of blocks
    * (a page that fell behind) costs the blocks plus one tail, not blocks × tail.
    * @returns {boolean} whether blocks ready to place are left (for the next animation frame)
    */
-  addBlocks(frames, deadline = Infinity) {
+  addBlocks(frames, deadline = Infinity, chars = Infinity) {
     for (const frame of frames) {
       if (frame.index >= this.placed) this.waiting.set(frame.index, frame); // a resume resends
     }
     let end = -1;
+    const from = this.chars;
     for (let next; (next = this.waiting.get(this.placed)); ) {
-      if (end >= 0 && performance.now() > deadline) break;
+      if (end >= 0 && (this.chars - from >= chars || performance.now() > deadline)) break;
       this.waiting.delete(this.placed);
       this.place(next);
       end = next.end;
@@ -92,6 +95,7 @@ export class LiveView {
     if (this.tail) this.tail.before(block.content);
     else this.body.append(block.content);
     this.placed += 1;
+    this.chars += frame.html.length;
   }
 
   /** The placed blocks now cover the answer up to `end`: the tail's text after it is drawn anew. */

@@ -18,6 +18,8 @@ import * as tier from "./tier.js";
 import * as versions from "./versions.js";
 
 // --- frames in ------------------------------------------------------------------------------
+const QUEUED = new Set(["chunk", "block", "blocks"]);
+
 function onJson(frame) {
   switch (frame.type) {
     case "ready":
@@ -153,9 +155,11 @@ scroll.scrollToBottom();
 sidebar.markCurrent();
 composer.update();
 composer.focusOnLoad();
+document.addEventListener("visibilitychange", answers.releaseIfHidden);
 socket.start({
-  json: onJson,
-  html: onHtml,
+  // Chunks and blocks only queue what is painted; any other frame waits for the blocks before it.
+  json: (frame) => answers.inTurn(() => onJson(frame), !QUEUED.has(frame.type)),
+  html: (html) => answers.inTurn(() => onHtml(html)),
   lost: composer.connectionLost,
   connection: composer.update,
   conversation: composer.conversationId,

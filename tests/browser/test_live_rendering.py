@@ -10,6 +10,7 @@ answer (±2 px), the reader's scroll position is kept, and a reload shows the sa
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -329,6 +330,75 @@ def test_a_nested_list_item_stays_nested_and_in_place_when_stopped_mid_list(
             continue  # the line being written when Stop came
         assert item["depth"] == after[text]["depth"], (text, item, after[text])
         assert close(item["place"], after[text]["place"]), (text, item, after[text])
+    if not is_touch(page):
+        assert errors == []
+    context.close()
+
+
+# Per animation frame, from before the prompt is sent until the answer ends: how many blocks
+# the newest answer's body holds, and its status.
+BLOCKS_PER_FRAME = """
+() => {
+  const seen = (window.__placed = []);
+  const tick = () => {
+    const article = document.querySelector("article.msg-assistant:last-of-type");
+    const body = article?.querySelector(".body");
+    if (body) {
+      const blocks = body.querySelectorAll(":scope > :not(.live-tail)").length;
+      seen.push([article.dataset.status, blocks]);
+    }
+    if (article?.dataset.status !== "complete") requestAnimationFrame(tick);
+  };
+  requestAnimationFrame(tick);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def full_speed_server() -> Iterator[str]:
+    with running_chatsite(DEMO_TOKENS_PER_SECOND="0", DEMO_TTFB_MS="0") as base:
+        yield base
+
+
+@pytest.mark.parametrize("device", ["desktop", "android"])
+def test_a_slow_device_places_a_fast_answer_over_many_frames_and_ends_like_a_reload(
+    browser: Browser, full_speed_server: str, device: str
+) -> None:
+    # An answer that arrives faster than the device lays it out (a 6,000-token markdown answer
+    # at full speed, on a CPU slowed 6 times): the page places it a few blocks a frame, sized
+    # by what its frames cost (pace.js), and the final HTML and `done` wait for the blocks
+    # before them. Before, the final HTML made the page place every block left in one frame:
+    # a long task that grows with how far behind the page was.
+    context = signed_in_context(browser, full_speed_server, **DEVICES[device])
+    page = context.new_page()
+    errors = watch_for_errors(page)
+    # Chromium's CPU throttling (DevTools protocol): the slow phone this test is about.
+    context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": 6})
+    page.goto("/")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    page.evaluate(BLOCKS_PER_FRAME)
+    send(page, "/markdown 6000")
+    answer = wait_for_answer(page, 1)
+    expect(answer).to_have_attribute("data-status", "complete", timeout=60_000)
+    seen: list[list[Any]] = page.evaluate("() => window.__placed")
+    body = answer.locator(".body")
+    total = body.evaluate("(b) => b.children.length")
+    assert total > 60, total
+    counts = [0] + [count for status, count in seen if status == "streaming"]
+    placed_at_end = total - counts[-1]
+    steps = [b - a for a, b in pairwise(counts)]
+    # The answer showed up over many frames while it streamed, not in one at its end (before:
+    # no block placed while it streamed, then all of them in the task of the final HTML).
+    assert placed_at_end <= total // 4, (placed_at_end, total, seen)
+    assert len([s for s in steps if s > 0]) >= 4, (total, seen)
+    assert max(steps) <= total // 2, (total, seen)
+    # And nothing was lost or laid out differently for it: the same HTML as a reload.
+    expect(body).to_have_attribute("data-blocks", str(total))
+    live_html = body.inner_html()
+    expect(page.locator("#send")).to_be_visible()  # `done` reached the composer
+    page.reload()
+    reloaded = wait_for_answer(page, 1)
+    assert reloaded.locator(".body").inner_html() == live_html
     if not is_touch(page):
         assert errors == []
     context.close()

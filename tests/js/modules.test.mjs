@@ -16,6 +16,7 @@ const PURE = [
   "frames.js",
   "keys.js",
   "labels.js",
+  "pace.js",
   "reorder.js",
   "tail.js",
 ];
