@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -75,9 +75,15 @@ COLLECT = """() => {
 }"""
 
 
-async def run(bench: Bench, sizes: list[int], paced: list[tuple[int, float]]) -> dict[str, Any]:
+async def run(
+    bench: Bench,
+    sizes: list[int],
+    paced: list[tuple[int, float]],
+    markdown: Sequence[int] = (),
+) -> dict[str, Any]:
     """Each size at full speed with the three renderers; each (size, tokens/s) paced, so that
-    the answer arrives in hundreds of frames, with the two renderers on chatsite's socket."""
+    the answer arrives in hundreds of frames, with the two renderers on chatsite's socket;
+    each `markdown` size not among `sizes` as a `/markdown` answer on chatsite's page only."""
     if not _chromium_installed():
         return {"skipped": f"{CHROMIUM} not found"}
     try:
@@ -123,6 +129,12 @@ async def run(bench: Bench, sizes: list[int], paced: list[tuple[int, float]]) ->
                         browser, renderer, site.base, naive.base, cookie, tokens, cap, "markdown"
                     )
                     runs.append({**run, "renderer": f"{renderer}, markdown"})
+            for tokens in [n for n in markdown if n not in sizes]:
+                procs_log(f"browser: chatsite, {tokens} tokens of markdown")
+                run = await _one(
+                    browser, "chatsite", site.base, naive.base, cookie, tokens, cap, "markdown"
+                )
+                runs.append({**run, "renderer": "chatsite, markdown"})
             for tokens, tps in paced:
                 for renderer in ("chatsite", "naive"):
                     procs_log(f"browser: {renderer}, {tokens} tokens at {tps:g} tokens/s")

@@ -188,7 +188,9 @@ class Bench:
         if "browser" in self.sections:
             from bench import browser
 
-            results["browser"] = await browser.run(self, cfg.browser_tokens, cfg.browser_paced)
+            results["browser"] = await browser.run(
+                self, cfg.browser_tokens, cfg.browser_paced, cfg.browser_markdown
+            )
         if "micro" in self.sections:
             results["micro"] = micro(cfg)
         return results

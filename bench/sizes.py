@@ -31,6 +31,9 @@ class Config:
     first_trials: int
     browser_tokens: list[int]
     browser_paced: list[tuple[int, float]]  # (tokens, tokens per second)
+    # `/markdown N` answers at full speed with chatsite's page only (issue 15's target: 20,000),
+    # beside the sizes above, which run every renderer for both answers
+    browser_markdown: list[int] = field(default_factory=list)
     # CPU per turn (bench/turn_cpu.py): bursts of this many turns, one per user, all at once
     turn_cpu_turns: int = 200
     turn_cpu_tokens: int = 50
@@ -63,6 +66,7 @@ QUICK = Config(
     first_trials=1,
     browser_tokens=[2000],
     browser_paced=[],
+    browser_markdown=[20000],
     micro_args={"limiter": ["--calls", "200"], "tier": ["--rounds", "1"]},
 )
 FULL = Config(
@@ -102,6 +106,7 @@ def tiny(config: Config) -> Config:
         reuse_concurrency=2,
         browser_tokens=[50],
         browser_paced=[],
+        browser_markdown=[],
         turn_cpu_turns=3,
         turn_cpu_tokens=5,
         turn_cpu_bursts=1,
