@@ -44,6 +44,8 @@ UNLIMITED = {
     "CHAT_HTTP_RATE_LIMIT": "100000/minute",
     # Every simulated user connects from 127.0.0.1: no cap on sockets per address.
     "CHAT_MAX_SOCKETS_PER_ADDRESS": "0",
+    # Reconnecting clients (a failed turn reconnects) are measured, not refused.
+    "CHAT_SOCKET_RATE": "100000/minute",
 }
 
 

@@ -228,7 +228,8 @@ class OriginValidator:
 
 
 class SocketCapASGIMiddleware:
-    """Caps open sockets per user and per client address at the handshake (issue 13.6).
+    """Caps open sockets per user and per client address at the handshake (issue 13.6), and
+    how often one user may open one (CHAT_SOCKET_RATE: the resume storm, docs/security.md).
 
     The decision rides on the `websocket.connect` event (`protocol.VERDICT_KEY`: a Refusal
     when over a cap); the consumer then says why and closes with 4429, since a refused
@@ -250,6 +251,17 @@ class SocketCapASGIMiddleware:
         async def capped_receive() -> dict[str, Any]:
             message: dict[str, Any] = await receive()
             if message["type"] == "websocket.connect":
+                # The user's rate of handshakes first: a refused one takes no place.
+                over = await get_limiter().hit_socket(user.pk)
+                if over is not None:
+                    metrics.rejected(over.code, "socket")
+                    refusal = protocol.Refusal(
+                        over.code,
+                        over.message,
+                        retry_after=over.retry_after,
+                        reset_at=over.reset_at,
+                    )
+                    return {**message, protocol.VERDICT_KEY: refusal}
                 taken = await counter.take(user.pk, client_address(scope))
                 if isinstance(taken, Place):
                     held.append(taken)
@@ -373,8 +385,9 @@ class FrameASGIMiddleware:
         return decided
 
     async def meter_resume(self, scope: dict[str, Any]) -> protocol.Refusal | None:
-        """Count a `resume` against the user's rate; the consumer applies a refusal only to
-        an answer that has ended (following a streaming one is never refused)."""
+        """Count a `resume` against the user's rate (CHAT_RESUME_RATE); over it the consumer
+        refuses the resume, of a streaming answer as of a finished one, and the tab asks
+        again after `retry_after`."""
         user = scope.get("user")
         if user is None or not user.is_authenticated:
             return None

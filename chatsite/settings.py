@@ -253,19 +253,10 @@ except ValueError:
     raise ImproperlyConfigured(
         f"CHAT_RATE_LIMIT={CHAT_RATE_LIMIT!r} is not in the limits notation, e.g. 20/minute;500/day"
     ) from None
-# How often one user may have a finished answer sent again (`resume` of an answer that has
-# ended: its whole final HTML), across their tabs and every instance.
 # Exports (/settings/export.json, /c/<id>/export.json) running at once, per user and per
 # instance; over either, 429 (chat/limits/exports.py).
 CHAT_EXPORTS_PER_USER = envint("CHAT_EXPORTS_PER_USER", 1, minimum=1)
 CHAT_EXPORTS_PER_INSTANCE = envint("CHAT_EXPORTS_PER_INSTANCE", 4, minimum=1)
-CHAT_RESUME_RATE = envstr("CHAT_RESUME_RATE", "120/minute")
-try:
-    parse_many(CHAT_RESUME_RATE)
-except ValueError:
-    raise ImproperlyConfigured(
-        f"CHAT_RESUME_RATE={CHAT_RESUME_RATE!r} is not in the limits notation, e.g. 120/minute"
-    ) from None
 CHAT_DAILY_TOKENS = envint("CHAT_DAILY_TOKENS", 200_000, minimum=0)
 # Tokens every user together may spend per UTC day, on every instance; 0 = no such budget.
 CHAT_GLOBAL_DAILY_TOKENS = envint("CHAT_GLOBAL_DAILY_TOKENS", 0, minimum=0)
@@ -353,6 +344,17 @@ def _rate(name: str, default: str) -> str:
         ) from None
     return value
 
+
+# How often one user may have an answer sent again (`resume`, of a streaming answer as of one
+# that has ended: every block so far, or its whole final HTML), across their tabs and every
+# instance: tabs resuming a long answer in a loop slowed every other user's answers (the
+# resume storm, docs/security.md). A tab over it asks again by itself after `retry_after`.
+CHAT_RESUME_RATE = _rate("CHAT_RESUME_RATE", "30/minute")
+# How often one user may open a chat socket (a new tab, a reload, a reconnect), across their
+# tabs and every instance: tabs reconnecting in a loop slowed every other user's answers (the
+# resume storm, docs/security.md). Over it the tab is told when to come back, then closed
+# with 4429; it reconnects by itself after that wait.
+CHAT_SOCKET_RATE = _rate("CHAT_SOCKET_RATE", "60/minute")
 
 # The account forms (chat/limits/logins.py). Login attempts, both forms (the site's and the
 # admin's): every attempt counts against the client address; against the username (NFKC,

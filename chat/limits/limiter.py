@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Literal
 
 from django.conf import settings
+from limits import RateLimitItem
 from limits.aio.storage import MemoryStorage, RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
@@ -312,14 +313,34 @@ class Limiter:
 
     async def hit_resume(self, user_id: int) -> Rejection | None:
         """Count one `resume` against CHAT_RESUME_RATE: sending a finished answer again costs
-        its whole HTML, so a loop of them must not stall the instance (issue 13.6)."""
+        its whole HTML (issue 13.6), following a streaming one replays every block so far
+        (the resume storm, docs/security.md): a loop of them must not stall the instance."""
         try:
             return await self._hit_rate(
-                ("resume", str(user_id)), settings.CHAT_RESUME_RATE, "answer reload"
+                ("resume", str(user_id)),
+                settings.CHAT_RESUME_RATE,
+                "answer reload",
+                refuse=refusals.resumes,
             )
         except REDIS_DOWN as exc:
             # A resume is how a tab gets back what it missed: never refused for an outage.
             self._note_failure("hit_resume", exc)
+            return None
+
+    async def hit_socket(self, user_id: int) -> Rejection | None:
+        """Count one socket handshake against CHAT_SOCKET_RATE: tabs reconnecting in a loop
+        (each a session check, a group to join, a `ready`, and the resumes after it) must not
+        slow every other user's answers (the resume storm, docs/security.md)."""
+        try:
+            return await self._hit_rate(
+                ("socket", str(user_id)),
+                settings.CHAT_SOCKET_RATE,
+                "connection",
+                refuse=refusals.reconnects,
+            )
+        except REDIS_DOWN as exc:
+            # As the socket caps: a tab is not refused because Redis is away.
+            self._note_failure("hit_socket", exc)
             return None
 
     async def tokens_today(self, user_id: int) -> tuple[int, int]:
@@ -389,7 +410,13 @@ class Limiter:
     # -- steps ----------------------------------------------------------------------------------
 
     async def _hit_rate(
-        self, identifiers: tuple[str, ...], rate: str, noun: str, *, count: bool = True
+        self,
+        identifiers: tuple[str, ...],
+        rate: str,
+        noun: str,
+        *,
+        count: bool = True,
+        refuse: Callable[[RateLimitItem, str, float, int], Rejection] = refusals.rate,
     ) -> Rejection | None:
         for item in parse_rate(rate):
             if count and await self._window.hit(item, *identifiers):
@@ -397,7 +424,7 @@ class Limiter:
             if not count and await self._window.test(item, *identifiers):
                 continue
             stats = await self._window.get_window_stats(item, *identifiers)
-            return refusals.rate(item, noun, stats.reset_time, stats.remaining)
+            return refuse(item, noun, stats.reset_time, stats.remaining)
         return None
 
     def _note_failure(self, operation: str, exc: BaseException) -> None:
@@ -423,6 +450,7 @@ def _config() -> Hashable:
         settings.CHAT_DAILY_TOKENS,
         settings.CHAT_MAX_CONCURRENT_STREAMS,
         settings.CHAT_RESUME_RATE,
+        settings.CHAT_SOCKET_RATE,
         settings.CHAT_GLOBAL_DAILY_TOKENS,
     )
 

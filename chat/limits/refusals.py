@@ -50,6 +50,38 @@ def rate(item: RateLimitItem, noun: str, reset_time: float, remaining: int) -> R
     )
 
 
+def resumes(item: RateLimitItem, noun: str, reset_time: float, remaining: int) -> Rejection:
+    """Over CHAT_RESUME_RATE (`rate`'s wait): the page asks for the answer again by itself
+    after `retry_after`, so the words say that instead of asking the user to try again."""
+    over = rate(item, noun, reset_time, remaining)
+    wait = human_duration(over.retry_after or 1)
+    return Rejection(
+        code=over.code,
+        message=(
+            f"Answers were reloaded too often (at most {describe_rate(item, noun)}). This one "
+            f"goes on by itself in {wait}; nothing is lost."
+        ),
+        retry_after=over.retry_after,
+        reset_at=over.reset_at,
+    )
+
+
+def reconnects(item: RateLimitItem, noun: str, reset_time: float, remaining: int) -> Rejection:
+    """Over CHAT_SOCKET_RATE (`rate`'s wait): the tab connects again by itself after
+    `retry_after`."""
+    over = rate(item, noun, reset_time, remaining)
+    wait = human_duration(over.retry_after or 1)
+    return Rejection(
+        code=over.code,
+        message=(
+            f"Your tabs connected too often (at most {describe_rate(item, noun)}). This tab "
+            f"connects again by itself in {wait}; nothing is lost."
+        ),
+        retry_after=over.retry_after,
+        reset_at=over.reset_at,
+    )
+
+
 def streams(cap: int) -> Rejection:
     """At the cap of concurrent streams: the wait lasts until an answer ends."""
     if cap <= 0:

@@ -115,8 +115,10 @@ class ChatConsumer(AsyncWebsocketConsumer, Outbox):
             await self.close(code=protocol.CLOSE_UNAUTHENTICATED)
             return
         if isinstance(self.refusal, protocol.Refusal):
-            # Over a cap on open sockets: accepted only to say why (the page shows it) and
-            # close with 4429; nothing else is ever sent, so no outbox is needed to order it.
+            # Over a cap on open sockets, or the user's rate of new ones (CHAT_SOCKET_RATE):
+            # accepted only to say why and when to come back (the page shows it, and waits at
+            # least `retry_after`) and close with 4429; nothing else is ever sent, so no
+            # outbox is needed to order it.
             await self.accept()
             await self.send(text_data=protocol.refused(self.refusal))
             await self.close(code=protocol.CLOSE_TOO_MANY_SOCKETS, reason="too many sockets")
@@ -261,6 +263,14 @@ class ChatConsumer(AsyncWebsocketConsumer, Outbox):
         self.push(fragments.done_of(message))
 
     async def on_resume(self, frame: protocol.Resume, verdict: object = None) -> None:
+        if isinstance(verdict, protocol.Refusal):
+            # Over the user's rate of answers sent again (CHAT_RESUME_RATE), streaming or
+            # finished: every resume replays the answer's blocks so far, and tabs reconnecting
+            # and resuming in a loop slowed every other user's answers (docs/security.md).
+            # Refused before any database work; the tab keeps what it shows (and any answer it
+            # already follows on this socket) and asks again after `retry_after`.
+            self.push(protocol.refused(verdict, mid=frame.mid))
+            return
         # A socket whose session ended must not be handed the user's answers (issue 13.3).
         message = await database_sync_to_async(_checked_message)(
             self.user_id, self.session_key, frame.mid
@@ -279,10 +289,6 @@ class ChatConsumer(AsyncWebsocketConsumer, Outbox):
             turn.attach(self, after)
             return
         if message.status != Message.Status.STREAMING:
-            if isinstance(verdict, protocol.Refusal):
-                # Over the user's rate of finished answers sent again (CHAT_RESUME_RATE).
-                self.push(protocol.refused(verdict, mid=mid))
-                return
             # A finished answer is sent whole, whatever `after` says: its final HTML replaces
             # whatever the tab shows (after a crash the tab may have shown more chunks than
             # the checkpoint held; the reaper kept them from the stream log).

@@ -1,6 +1,7 @@
 // The answers streaming on the page: one watch per answer, chunks put in order (reorder.js),
 // gaps asked for again, text and rendered blocks painted once per animation frame (live.js),
 // resume after a reconnect, and each answer's end (done, stop, failure).
+import { resumeRetryDelay } from "./backoff.js";
 import { resumeFrame, stopFrame } from "./frames.js";
 import { LiveView } from "./live.js";
 import { Pace } from "./pace.js";
@@ -27,6 +28,7 @@ const watches = new Map(); // mid -> Watch
 const dirty = new Set(); // watches with text to paint in the next animation frame
 let paintQueued = false;
 const started = new Set(); // mids whose turn started while this page was open
+const retries = new Map(); // mid -> timer: a refused `resume`, asked again when it ends
 
 /** Watch the answers already streaming when the page loaded (the socket resumes them). */
 export function watchPage() {
@@ -35,6 +37,8 @@ export function watchPage() {
 
 /** After (re)connecting: ask for every answer still streaming on the page, from where we are. */
 export function resumeAll() {
+  for (const timer of retries.values()) clearTimeout(timer); // asked again here, now
+  retries.clear();
   for (const article of streamingArticles()) {
     const watch = watchFor(article.dataset.mid);
     send(resumeFrame(watch.mid, watch.buffer.next - 1));
@@ -154,12 +158,37 @@ export function onDone(frame) {
   return started.delete(frame.mid);
 }
 
-/** An `error` frame: `not_found` for an answer means it is gone; it streams no more. */
-export function onError(frame) {
-  if (frame.code !== "not_found" || !frame.mid) return;
-  forget(frame.mid);
-  const article = articleFor(frame.mid);
-  if (article && article.dataset.status === "streaming") article.dataset.status = "failed";
+/**
+ * An `error` frame. `not_found` for an answer means it is gone; it streams no more.
+ * `rate_limited` for an answer this page shows streaming is a refused `resume` (the user's
+ * answers were sent again too often: CHAT_RESUME_RATE): the answer keeps what it shows, and
+ * is asked for again, from where it then is, once `retry_after` has passed (or at once by the
+ * next socket's `resumeAll`). Nothing is lost: the server keeps every chunk of it.
+ * @param {{code?: string, mid?: string, retry_after?: number}} frame
+ * @param {() => void} [asking] called when the refused resume is sent again
+ * @returns {boolean} whether the frame was a refused resume that this page asks again
+ */
+export function onError(frame, asking = () => {}) {
+  const mid = frame.mid;
+  if (!mid) return false;
+  const article = articleFor(mid);
+  const streaming = article?.dataset.status === "streaming";
+  if (frame.code === "not_found") {
+    forget(mid);
+    if (streaming) article.dataset.status = "failed";
+    return false;
+  }
+  if (frame.code !== "rate_limited" || !streaming) return false;
+  clearTimeout(retries.get(mid));
+  const timer = setTimeout(() => {
+    retries.delete(mid);
+    asking();
+    if (articleFor(mid)?.dataset.status !== "streaming") return; // it ended meanwhile
+    // Not sent while the socket is down: the next socket's `ready` resumes every answer.
+    send(resumeFrame(mid, watchFor(mid).buffer.next - 1));
+  }, resumeRetryDelay(frame.retry_after));
+  retries.set(mid, timer);
+  return true;
 }
 
 /**
@@ -288,6 +317,8 @@ function watchFor(mid) {
 }
 
 function forget(mid) {
+  clearTimeout(retries.get(mid));
+  retries.delete(mid);
   const watch = watches.get(mid);
   if (!watch) return;
   clearTimeout(watch.gapTimer);

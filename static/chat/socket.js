@@ -12,6 +12,9 @@ const connectionEl = document.getElementById("connection");
 let socket = null;
 let ready = false; // the server said `ready`: frames may be sent
 let attempts = 0; // reconnect attempts that failed in a row
+// What an `error` before `ready` said to wait (a refused handshake: CHAT_SOCKET_RATE or a cap
+// on sockets), in seconds: the reconnect after its close waits at least that long.
+let refusedFor = 0;
 let reconnectTimer = 0;
 let connection = connectionEl.dataset.state;
 // This tab is logging out (its Log out was pressed): the server closes the socket as the
@@ -153,9 +156,11 @@ function onMessage(data) {
     on.html(frame.html);
     return;
   }
+  if (!ready && frame.json.type === "error") refusedFor = Number(frame.json.retry_after) || 0;
   if (frame.json.type === "ready") {
     ready = true;
     attempts = 0;
+    refusedFor = 0;
     for (const keptFrame of kept.values()) socket.send(JSON.stringify(keptFrame));
     kept.clear();
     setConnection("connected");
@@ -171,7 +176,11 @@ function lostSocket() {
 
 function scheduleReconnect() {
   clearTimeout(reconnectTimer);
-  const next = nextReconnect(attempts, { offline: navigator.onLine === false });
+  const next = nextReconnect(attempts, {
+    offline: navigator.onLine === false,
+    retryAfter: refusedFor,
+  });
+  refusedFor = 0;
   attempts += 1;
   setConnection(next.connection);
   reconnectTimer = setTimeout(connect, next.delay);

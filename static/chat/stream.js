@@ -19,6 +19,8 @@ import * as versions from "./versions.js";
 
 // --- frames in ------------------------------------------------------------------------------
 const QUEUED = new Set(["chunk", "block", "blocks"]);
+// The alert of a refused `resume` (its own code: only its retry takes it away).
+const RESUME_REFUSED = "resume_limited";
 
 function onJson(frame) {
   switch (frame.type) {
@@ -46,8 +48,12 @@ function onJson(frame) {
     }
     case "error":
       composer.refused(frame);
+      if (answers.onError(frame, () => alerts.clearAlert(RESUME_REFUSED))) {
+        // A refused resume: the page asks again by itself, so no "send again" countdown.
+        alerts.showAlert(frame.message || "This answer goes on in a moment.", 0, RESUME_REFUSED);
+        break;
+      }
       alerts.showAlert(frame.message || "Something went wrong.", alertCountdown(frame), frame.code);
-      answers.onError(frame);
       composer.update();
       composer.returnFocusToPrompt();
       break;

@@ -9,7 +9,10 @@ import {
   BACKOFF_BASE_MS,
   BACKOFF_MAX_MS,
   nextReconnect,
+  RESUME_RETRY_DEFAULT_S,
+  RESUME_RETRY_JITTER_MS,
   reconnectDelay,
+  resumeRetryDelay,
 } from "../../static/chat/backoff.js";
 
 const almostOne = () => 0.999999;
@@ -68,5 +71,52 @@ describe("nextReconnect", () => {
         connection: "offline",
       });
     }
+  });
+});
+
+describe("resumeRetryDelay", () => {
+  test("a refused resume is asked again after the frame's retry_after, never sooner", () => {
+    assert.equal(resumeRetryDelay(7, { random: () => 0 }), 7000);
+    assert.equal(resumeRetryDelay(1, { random: () => 0 }), 1000);
+  });
+
+  test("it adds at most a second of jitter, so a user's tabs do not ask together", () => {
+    const most = resumeRetryDelay(3, { random: almostOne });
+    assert.ok(most > 3000 && most <= 3000 + RESUME_RETRY_JITTER_MS, `${most}`);
+    assert.equal(resumeRetryDelay(3, { random: () => 0.5 }), 3500);
+  });
+
+  test("a missing or nonsensical retry_after waits the default instead of spinning", () => {
+    for (const bad of [undefined, null, 0, -4, "soon", NaN, Infinity, {}]) {
+      assert.equal(resumeRetryDelay(bad, { random: () => 0 }), RESUME_RETRY_DEFAULT_S * 1000);
+    }
+    assert.equal(resumeRetryDelay("12", { random: () => 0 }), 12000);
+  });
+});
+
+describe("nextReconnect after a refused handshake", () => {
+  test("it waits at least the retry_after the server said, however few attempts failed", () => {
+    const next = nextReconnect(0, { retryAfter: 12, random: () => 0 });
+    assert.deepEqual(next, { delay: 12000, connection: "reconnecting" });
+    const jittered = nextReconnect(0, { retryAfter: 12, random: almostOne });
+    assert.ok(jittered.delay >= 12000 && jittered.delay <= 12000 + RESUME_RETRY_JITTER_MS);
+  });
+
+  test("a longer backoff is kept, and no usable retry_after changes nothing", () => {
+    const backoff = nextReconnect(10, { random: () => 0.9 }).delay;
+    assert.equal(nextReconnect(10, { retryAfter: 1, random: () => 0.9 }).delay, backoff);
+    for (const bad of [undefined, 0, -1, "x", NaN]) {
+      assert.equal(
+        nextReconnect(2, { retryAfter: bad, random: () => 0.5 }).delay,
+        nextReconnect(2, { random: () => 0.5 }).delay,
+      );
+    }
+  });
+
+  test("offline still waits for the network, not for the server", () => {
+    assert.deepEqual(nextReconnect(0, { offline: true, retryAfter: 3 }), {
+      delay: BACKOFF_MAX_MS,
+      connection: "offline",
+    });
   });
 });
