@@ -330,8 +330,9 @@ def main() -> None:
         # The limits the attackers meet are the defaults (sockets per user: 30, the rates of
         # resumes and handshakes), unless --env sets them; the victim's prompts are lifted by
         # server_env (they measure time, not the rate limit).
-        env.pop("CHAT_MAX_SOCKETS_PER_USER", None)
-        env.pop("CHAT_SOCKET_RATE", None)
+        for name in ("CHAT_MAX_SOCKETS_PER_USER", "CHAT_SOCKET_RATE"):
+            if name not in extra:
+                env.pop(name, None)
         try:
             with daphne(args.port, env) as base:
                 result = asyncio.run(one_run(base, sessions, args))

@@ -152,14 +152,16 @@ async def test_without_redis_the_caps_hold_in_the_process(
     await connect(owner)  # its place came back
 
 
-# --- resume of finished answers is rate limited --------------------------------------------
+# --- resume of answers is rate limited, finished or streaming ------------------------------
 
 
 @pytest.mark.timeout(120)
-async def test_resending_finished_answers_is_rate_limited_but_following_one_never_is() -> None:
+async def test_resending_answers_is_rate_limited_finished_or_streaming() -> None:
     # The review resent a long finished answer in a loop; each resend re-rendered it on the
     # thread every socket's database work waits for (another user's round trip went from
-    # 0.17 s to 11 s). The HTML is now stored, and a user may resend 5 a minute here.
+    # 0.17 s to 11 s). The HTML is now stored, and a user may resend 5 a minute here. The
+    # resume storm (docs/security.md) resumed *streaming* answers in a loop, which were
+    # followed whatever the rate said: they count and are refused the same way now.
     env = {"CHAT_RESUME_RATE": "5/minute", "DEMO_TOKENS_PER_SECOND": "200"}
     with running_chatsite(**env) as base:
         client = await asyncio.to_thread(signup, base, new_username())
@@ -179,14 +181,18 @@ async def test_resending_finished_answers_is_rate_limited_but_following_one_neve
             assert error["type"] == "error" and error["code"] == "rate_limited"
             assert error["mid"] == finished.mid and error["retry_after"] >= 1
             assert "answer reloads" in error["message"]
-            # Over the rate, an answer still streaming is followed all the same (here by
-            # another tab of the user, as after a reload).
+            # Over the rate, a resume of an answer still streaming is refused as well (here
+            # by another tab of the user, as after a reload), and the tab that asked for it
+            # still gets all of it: refusing a resume takes nothing from anyone.
             await send_prompt(ws, "/long 400")
             streaming = await read_answer(ws, until_chunks=1)
             async with chat_socket(base, client) as other:
                 await ready(other)
                 await other.send(json.dumps({"type": "resume", "mid": streaming.mid, "after": -1}))
-                followed = await read_answer(other, Answer(mid=streaming.mid), timeout=30)
-            assert followed.errors == [] and followed.done is not None
-            assert followed.done["status"] == "complete"
+                refused = await next_json(other)
+            assert refused["type"] == "error" and refused["code"] == "rate_limited"
+            assert refused["mid"] == streaming.mid and refused["retry_after"] >= 1
+            rest = await read_answer(ws, streaming, timeout=30)
+            assert rest.errors == [] and rest.done is not None
+            assert rest.done["status"] == "complete"
         client.close()

@@ -53,7 +53,13 @@ function onJson(frame) {
         alerts.showAlert(frame.message || "This answer goes on in a moment.", 0, RESUME_REFUSED);
         break;
       }
-      alerts.showAlert(frame.message || "Something went wrong.", alertCountdown(frame), frame.code);
+      // Before `ready` it is a refused handshake (a cap, or CHAT_SOCKET_RATE): the socket
+      // reconnects by itself after the wait, so there is nothing for the user to count down to.
+      alerts.showAlert(
+        frame.message || "Something went wrong.",
+        socket.isReady() ? alertCountdown(frame) : 0,
+        frame.code,
+      );
       composer.update();
       composer.returnFocusToPrompt();
       break;
