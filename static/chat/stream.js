@@ -22,7 +22,11 @@ const QUEUED = new Set(["chunk", "block", "blocks"]);
 // The alert of a refused `resume` (its own code: only its retry takes it away).
 const RESUME_REFUSED = "resume_limited";
 
-function onJson(frame) {
+/**
+ * @param {object} frame a JSON frame
+ * @param {boolean} handshake whether it came before the socket's `ready` (a refused handshake)
+ */
+function onJson(frame, handshake = false) {
   switch (frame.type) {
     case "ready":
       models.showModels(frame);
@@ -57,7 +61,7 @@ function onJson(frame) {
       // reconnects by itself after the wait, so there is nothing for the user to count down to.
       alerts.showAlert(
         frame.message || "Something went wrong.",
-        socket.isReady() ? alertCountdown(frame) : 0,
+        handshake ? 0 : alertCountdown(frame),
         frame.code,
       );
       composer.update();
@@ -170,7 +174,11 @@ composer.focusOnLoad();
 document.addEventListener("visibilitychange", answers.releaseIfHidden);
 socket.start({
   // Chunks and blocks only queue what is painted; any other frame waits for the blocks before it.
-  json: (frame) => answers.inTurn(() => onJson(frame), !QUEUED.has(frame.type)),
+  json: (frame) => {
+    // Whether it came before `ready` is decided as it arrives: its handling may wait.
+    const handshake = !socket.isReady();
+    answers.inTurn(() => onJson(frame, handshake), !QUEUED.has(frame.type));
+  },
   html: (html) => answers.inTurn(() => onHtml(html)),
   lost: composer.connectionLost,
   connection: composer.update,
