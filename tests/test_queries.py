@@ -60,11 +60,12 @@ def test_starting_a_turn_is_a_fixed_number_of_statements(owner: Any) -> None:
         counts.append(
             _count(lambda f=frame: _begin_exchange(f, owner.pk, session, model="m", tier="full"))
         )
-    # The session check, then one transaction: BEGIN, the conversation, the user's custom
-    # instructions, the history (one query: a walk up from the leaf, in the database, that
-    # stops at the model's context), the prompt, the answer, the new leaf, COMMIT.
+    # The session check, then one transaction: BEGIN, the conversation with the user's custom
+    # instructions (one statement), the prompt, the history (one query: a walk up from the
+    # leaf, in the database, that stops at the model's context), the answer, the new leaf,
+    # COMMIT.
     assert counts[0] == counts[1], "starting a turn must not grow with the history"
-    assert counts[0] == 9, counts
+    assert counts[0] == 8, counts
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
@@ -72,8 +73,55 @@ def test_a_new_conversation_starts_without_reading_a_history(owner: Any) -> None
     session = session_key_for(owner)
     frame = Prompt(text="first question")
     count = _count(lambda: _begin_exchange(frame, owner.pk, session, model="m", tier="full"))
-    # The session, BEGIN, the custom instructions, 4 writes, COMMIT: no history is read.
-    assert count == 8, count
+    # The session, BEGIN, the prompt (its INSERT also reads the custom instructions), the
+    # answer, the conversation (inserted last, its leaf set), COMMIT: no history is read, and
+    # no UPDATE of the leaf.
+    assert count == 6, count
+
+
+def _kinds(run: Any) -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        run()
+    return [q["sql"].split(None, 1)[0].upper() for q in queries.captured_queries]
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_turns_start_writes_each_row_once(owner: Any) -> None:
+    """Each row of a turn's start is one statement (docs/decisions/performance.md, issue 18):
+    a new conversation is inserted last with its leaf set (no UPDATE after it), the custom
+    instructions come with the prompt's INSERT (no SELECT of their own); a follow-up reads its
+    conversation and the instructions in one SELECT and moves its leaf, and remembers a newly
+    picked model, in one UPDATE."""
+    session = session_key_for(owner)
+    started: list[Any] = []
+
+    def start(frame: Prompt, **pick: Any) -> None:
+        begun = _begin_exchange(frame, owner.pk, session, model="m", tier="full", **pick)
+        assert begun is not None
+        started.append(begun[0])
+
+    new = _kinds(lambda: start(Prompt(text="first")))
+    # The session check's SELECT, then the transaction.
+    assert new == ["SELECT", "BEGIN", "INSERT", "INSERT", "INSERT", "COMMIT"], new
+    conversation = str(started[0].conversation.id)
+    picked = {"picked": "other", "allowed": frozenset({"other"})}
+    follow_ups = [("next", {}), ("picked", picked)]
+    for text, pick in follow_ups:
+        frame = Prompt(text=text, conversation=conversation)
+        kinds = _kinds(lambda f=frame, p=pick: start(f, **p))
+        # The session; BEGIN; the conversation with the instructions; the prompt; the history
+        # (a WITH RECURSIVE walk); the answer; the leaf (and the pick); COMMIT.
+        assert kinds == [
+            "SELECT",
+            "BEGIN",
+            "SELECT",
+            "INSERT",
+            "WITH",
+            "INSERT",
+            "UPDATE",
+            "COMMIT",
+        ], kinds
+    assert Conversation.objects.get(pk=conversation).model == "other"
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
@@ -246,11 +294,11 @@ def test_a_prompt_and_a_regeneration_in_a_10000_message_conversation(owner: Any)
             )
         )
     assert counts[:2] == counts[2:], counts
-    # A prompt: the session, BEGIN, the conversation, the custom instructions, the history,
-    # prompt, answer, leaf, COMMIT. A regeneration: the session, BEGIN, the answer, its
+    # A prompt: the session, BEGIN, the conversation with the custom instructions, prompt, the
+    # history, answer, leaf, COMMIT. A regeneration: the session, BEGIN, the answer, its
     # prompt, the custom instructions, the history, the new answer, the leaf, COMMIT, then
     # its versions for the "2 / 2" arrows.
-    assert counts[:2] == [9, 10], counts
+    assert counts[:2] == [8, 10], counts
 
 
 @pytest.mark.django_db
