@@ -4,7 +4,10 @@ frame) — on a migrated SQLite file, with no server around it.
 
 Usage: .venv/bin/python bench/turn_orm.py [--turns 500] [--profile OUT.txt] [--database URL]
 Prints CPU per turn (process time: both calls, as `database_sync_to_async` runs them) for a
-new conversation and for a follow-up; `--profile` writes cProfile's top functions. It is the
+new conversation and for a follow-up, and the wall-clock time the thread was busy with them
+(on PostgreSQL it also waits for each statement's round trip, which process time does not
+count, and the next turn's start waits for that too); `--profile` writes cProfile's top
+functions. It is the
 part of the turn that runs on the one thread every turn passes through (PITFALLS), measured
 without the event loop's noise, to judge a change to it before the burst (bench/turn_cpu.py).
 On a shared, loaded machine read the best round (as timeit does): other work only ever adds.
@@ -102,19 +105,21 @@ def main() -> None:
     turn(0)  # first use: templates, statements
     results = {}
     for name, follow_up in (("new conversation", False), ("follow-up", True)):
-        per_turn = []
+        per_turn, wall = [], []
         for _ in range(args.rounds):
             conversations = [turn(i) for i in range(user_count)] if follow_up else []
-            started = time.process_time()
+            started, started_wall = time.process_time(), time.perf_counter()
             for i in range(args.turns):
                 turn(i, conversations[i % user_count] if follow_up else "")
             per_turn.append((time.process_time() - started) * 1000 / args.turns)
-        results[name] = per_turn
-    for name, per_turn in results.items():
+            wall.append((time.perf_counter() - started_wall) * 1000 / args.turns)
+        results[name] = (per_turn, wall)
+    for name, (per_turn, wall) in results.items():
         each = ", ".join(f"{v:.2f}" for v in per_turn)
         print(
             f"ORM thread CPU per turn, {name}: median {statistics.median(per_turn):.2f} ms, "
-            f"best {min(per_turn):.2f} ms ({each})"
+            f"best {min(per_turn):.2f} ms ({each}); wall median "
+            f"{statistics.median(wall):.2f} ms, best {min(wall):.2f} ms"
         )
     if args.profile:
         profile = cProfile.Profile()
