@@ -46,6 +46,8 @@ UNLIMITED = {
     "CHAT_MAX_SOCKETS_PER_ADDRESS": "0",
     # Reconnecting clients (a failed turn reconnects) are measured, not refused.
     "CHAT_SOCKET_RATE": "100000/minute",
+    # Pages are loaded by the harness, not measured against a limit.
+    "CHAT_PAGE_RATE": "100000/minute",
 }
 
 

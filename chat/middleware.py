@@ -19,6 +19,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.http.request import split_domain_port, validate_host
 from django.template.loader import render_to_string
+from django.urls import Resolver404, resolve
 from django.utils.cache import patch_vary_headers
 from django.utils.http import is_same_domain
 from django_htmx.http import reswap, retarget
@@ -27,6 +28,7 @@ from chat import metrics, protocol
 from chat.forms import InvalidInput
 from chat.limits.budget import TurnAsk, turn_ask
 from chat.limits.limiter import Admission, get_limiter
+from chat.limits.logins import address_key
 from chat.limits.refusals import Rejection
 from chat.limits.sockets import Place, SocketCounter, get_socket_counter
 from chat.sockets import draining
@@ -122,22 +124,60 @@ class DeviceTierMiddleware(_AsyncMiddleware):
         return response
 
 
+# The pages that send a whole conversation (a long answer's stored HTML is over a megabyte):
+# their loads count against CHAT_PAGE_RATE (docs/security.md).
+PAGE_ROUTES = frozenset(
+    {"chat:conversation", "chat:shared", "chat:export_markdown", "chat:export_json"}
+)
+
+
+def _is_page(request: HttpRequest) -> bool:
+    if request.method not in ("GET", "HEAD"):
+        return False
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return False
+    return match.view_name in PAGE_ROUTES
+
+
 class RateLimitMiddleware(_AsyncMiddleware):
-    """429 with Retry-After for users who send too many state-changing HTTP requests."""
+    """429 with Retry-After for users who send too many state-changing HTTP requests, or load
+    too many conversation pages (CHAT_PAGE_RATE)."""
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.method == "POST" and not request.path.startswith("/admin/"):
-            user = await request.auser()
-            key = f"user:{user.pk}" if user.is_authenticated else f"ip:{_client_ip(request)}"
-            rejection = await get_limiter().hit_http(key, settings.CHAT_HTTP_RATE_LIMIT)
+            rejection = await get_limiter().hit_http(
+                await _rate_key(request), settings.CHAT_HTTP_RATE_LIMIT
+            )
             if rejection is not None:
                 metrics.rejected(rejection.code, "http")
                 return too_many_requests(request, rejection)
+        elif _is_page(request):
+            rejection = await get_limiter().hit_page(await _rate_key(request))
+            if rejection is not None:
+                metrics.rejected(rejection.code, "http")
+                return too_many_requests(request, rejection, page=True)
         return await self.get_response(request)
 
 
-def too_many_requests(request: HttpRequest, rejection: Rejection) -> HttpResponse:
-    body = render_to_string("chat/partials/limited.html", {"rejection": rejection}, request)
+async def _rate_key(request: HttpRequest) -> str:
+    """A user by their id; anyone else by their address (an IPv6 one by its /64)."""
+    user = await request.auser()
+    if user.is_authenticated:
+        return f"user:{user.pk}"
+    return f"ip:{address_key(_client_ip(request))}"
+
+
+def too_many_requests(
+    request: HttpRequest, rejection: Rejection, *, page: bool = False
+) -> HttpResponse:
+    """The refusal in words, 429 and Retry-After: in the page's alert region for htmx, a page
+    of its own for a page load (`page`) that is not one."""
+    template = "chat/partials/limited.html"
+    if page and not request.htmx:  # type: ignore[attr-defined]
+        template = "chat/limited.html"
+    body = render_to_string(template, {"rejection": rejection}, request)
     response = HttpResponse(body, status=429)
     response["Retry-After"] = str(rejection.retry_after)
     if request.htmx:  # type: ignore[attr-defined]

@@ -355,6 +355,11 @@ CHAT_RESUME_RATE = _rate("CHAT_RESUME_RATE", "30/minute")
 # resume storm, docs/security.md). Over it the tab is told when to come back, then closed
 # with 4429; it reconnects by itself after that wait.
 CHAT_SOCKET_RATE = _rate("CHAT_SOCKET_RATE", "60/minute")
+# How often one user (anonymous: one client address) may load a page that sends a whole
+# conversation: /c/<id>/, /s/<token>/ and the two exports. A long answer's stored HTML is
+# over a megabyte: GETs in a loop slowed every other user's answers (docs/security.md).
+# Over it: 429 with Retry-After and a page that says when to come back.
+CHAT_PAGE_RATE = _rate("CHAT_PAGE_RATE", "60/minute")
 
 # The account forms (chat/limits/logins.py). Login attempts, both forms (the site's and the
 # admin's): every attempt counts against the client address; against the username (NFKC,

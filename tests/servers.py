@@ -48,6 +48,9 @@ def base_env(**extra: str) -> dict[str, str]:
         # Tests reload and reconnect one account's tabs far more often than a person does; the
         # tests of this rate (tests/test_resume_storm.py) set their own, or its default.
         CHAT_SOCKET_RATE="100000/minute",
+        # Tests load one account's pages far more often than a person does; the tests of this
+        # rate (tests/test_page_rate.py) set their own.
+        CHAT_PAGE_RATE="100000/minute",
         # A conversation's title is one more (background) request that holds a stream slot
         # for a moment: tests that count requests and streams exactly do without it; the tests
         # of titles, and of a stolen session (a title is news for the tabs too), turn it on.

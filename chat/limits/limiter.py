@@ -311,6 +311,18 @@ class Limiter:
             self._note_failure("hit_http", exc)
             return refusals.unavailable() if self.failure == "closed" else None
 
+    async def hit_page(self, key: str) -> Rejection | None:
+        """Count one load of a page that sends a whole conversation (its stored HTML, over a
+        megabyte for a long answer) against CHAT_PAGE_RATE for `key` (a user or an address):
+        such GETs in a loop must not slow every other user's answers (docs/security.md)."""
+        try:
+            return await self._hit_rate(
+                ("page", key), settings.CHAT_PAGE_RATE, "page load", refuse=refusals.pages
+            )
+        except REDIS_DOWN as exc:
+            self._note_failure("hit_page", exc)
+            return refusals.unavailable() if self.failure == "closed" else None
+
     async def hit_resume(self, user_id: int) -> Rejection | None:
         """Count one `resume` against CHAT_RESUME_RATE: sending a finished answer again costs
         its whole HTML (issue 13.6), following a streaming one replays every block so far
@@ -451,6 +463,7 @@ def _config() -> Hashable:
         settings.CHAT_MAX_CONCURRENT_STREAMS,
         settings.CHAT_RESUME_RATE,
         settings.CHAT_SOCKET_RATE,
+        settings.CHAT_PAGE_RATE,
         settings.CHAT_GLOBAL_DAILY_TOKENS,
     )
 

@@ -82,6 +82,20 @@ def reconnects(item: RateLimitItem, noun: str, reset_time: float, remaining: int
     )
 
 
+def pages(item: RateLimitItem, noun: str, reset_time: float, remaining: int) -> Rejection:
+    """Over CHAT_PAGE_RATE (`rate`'s wait): conversation pages were loaded too often."""
+    over = rate(item, noun, reset_time, remaining)
+    return Rejection(
+        code=over.code,
+        message=(
+            f"Conversations were opened too often (at most {describe_rate(item, noun)}). "
+            f"Try again in {human_duration(over.retry_after or 1)}."
+        ),
+        retry_after=over.retry_after,
+        reset_at=over.reset_at,
+    )
+
+
 def streams(cap: int) -> Rejection:
     """At the cap of concurrent streams: the wait lasts until an answer ends."""
     if cap <= 0:
