@@ -394,7 +394,13 @@ def _set_leaf(
 def _conversation_of_turn(
     db: BaseDatabaseWrapper, user_id: int, conversation_id: Any
 ) -> tuple[Conversation, str | None]:
-    """`check_conversation` and the user's custom instructions, in one statement."""
+    """`check_conversation` and the user's custom instructions, in one statement.
+
+    Where the database has row locks (PostgreSQL) the conversation's row is locked until the
+    turn's transaction ends: two turns of one conversation started at once (two tabs on two
+    daphne instances) would otherwise both read the same leaf as their prompt's parent and fork
+    it; the second now waits and reads the leaf the first set, so it chains after it. SQLite
+    serialises writers and has no FOR UPDATE."""
     meta = Conversation._meta
     try:
         key = meta.pk.get_db_prep_value(str(conversation_id), db)
@@ -405,9 +411,11 @@ def _conversation_of_turn(
     def build(q: Callable[[str], str]) -> str:
         columns = ", ".join(f"c.{q(_column(f))}" for f in meta.concrete_fields)
         user = q(_column(meta.get_field("user")))
+        # Only the conversation's row: the instructions' subquery reads without a lock.
+        lock = " FOR UPDATE" if db.features.has_select_for_update else ""
         return (
             f"SELECT {columns}, {instructions_subquery(db)} FROM {q(meta.db_table)} c "
-            f"WHERE c.{q(_column(meta.pk))} = %s AND c.{user} = %s"
+            f"WHERE c.{q(_column(meta.pk))} = %s AND c.{user} = %s{lock}"
         )
 
     with db.cursor() as cursor:
