@@ -291,9 +291,16 @@ class SocketCapASGIMiddleware:
         async def capped_receive() -> dict[str, Any]:
             message: dict[str, Any] = await receive()
             if message["type"] == "websocket.connect":
-                # The user's rate of handshakes first: a refused one takes no place.
+                # The caps first: a tab refused for a cap (it retries every few seconds) does
+                # not use up the user's rate of handshakes, which its open tabs need to
+                # reconnect; a tab over the rate gives its place back at once.
+                taken = await counter.take(user.pk, client_address(scope))
+                if not isinstance(taken, Place):
+                    metrics.rejected("too_many_sockets", "socket")
+                    return {**message, protocol.VERDICT_KEY: _too_many_sockets(counter, taken)}
                 over = await get_limiter().hit_socket(user.pk)
                 if over is not None:
+                    counter.release(taken)
                     metrics.rejected(over.code, "socket")
                     refusal = protocol.Refusal(
                         over.code,
@@ -302,12 +309,7 @@ class SocketCapASGIMiddleware:
                         reset_at=over.reset_at,
                     )
                     return {**message, protocol.VERDICT_KEY: refusal}
-                taken = await counter.take(user.pk, client_address(scope))
-                if isinstance(taken, Place):
-                    held.append(taken)
-                else:
-                    metrics.rejected("too_many_sockets", "socket")
-                    message = {**message, protocol.VERDICT_KEY: _too_many_sockets(counter, taken)}
+                held.append(taken)
             return message
 
         try:
