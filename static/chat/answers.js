@@ -145,16 +145,25 @@ export function onOobBeforeSwap(event) {
  * @returns {boolean} whether its turn started while this page was open (so the usage meter
  *   counts it)
  */
-export function onDone(frame) {
+export function onDone(frame, asking = () => {}) {
   const watch = watches.get(frame.mid);
+  const retrying = retries.has(frame.mid);
   forget(frame.mid);
   const article = articleFor(frame.mid);
   if (article && article.dataset.status === "streaming") {
+    if ((watch?.buffer.next ?? 0) < frame.seq) {
+      // It ended before this tab had all of it (its resume was refused, then Stop): the
+      // saved answer is asked for, and its final HTML ends it here, whole.
+      asking();
+      send(resumeFrame(frame.mid, -1));
+      return started.delete(frame.mid);
+    }
     // The final HTML did not come (e.g. the conversation was deleted): paint what we have.
     if (watch) paintWatch(watch, article);
     article.dataset.status = frame.status;
     article.querySelector(".body")?.setAttribute("aria-busy", "false");
   }
+  if (retrying) asking(); // a refused resume of it is not asked again: it ended
   return started.delete(frame.mid);
 }
 
@@ -178,17 +187,27 @@ export function onError(frame, asking = () => {}) {
     if (streaming) article.dataset.status = "failed";
     return false;
   }
-  if (frame.code !== "rate_limited" || !streaming) return false;
+  if (frame.code !== "rate_limited" || !(streaming || isEmpty(article))) return false;
   clearTimeout(retries.get(mid));
   const timer = setTimeout(() => {
     retries.delete(mid);
     asking();
-    if (articleFor(mid)?.dataset.status !== "streaming") return; // it ended meanwhile
+    const now = articleFor(mid);
     // Not sent while the socket is down: the next socket's `ready` resumes every answer.
-    send(resumeFrame(mid, watchFor(mid).buffer.next - 1));
+    if (now?.dataset.status === "streaming") {
+      send(resumeFrame(mid, watchFor(mid).buffer.next - 1));
+    } else if (isEmpty(now)) {
+      send(resumeFrame(mid, -1)); // an answer that failed at once (`followNew`): its error
+    }
   }, resumeRetryDelay(frame.retry_after));
   retries.set(mid, timer);
   return true;
+}
+
+/** A finished answer shown without any text: its final HTML never came to this tab. */
+function isEmpty(article) {
+  const body = article?.querySelector(".body");
+  return Boolean(body) && article.dataset.status !== "streaming" && !body.childNodes.length;
 }
 
 /**
@@ -303,7 +322,14 @@ function releaseSoon() {
 function release() {
   clearTimeout(holdTimer);
   holdTimer = 0;
-  for (const handle of held.splice(0)) handle();
+  for (const handle of held.splice(0)) {
+    // Each frame was its own task before it waited: one that fails must not drop the rest.
+    try {
+      handle();
+    } catch (error) {
+      console.error(error);
+    }
+  }
 }
 
 function watchFor(mid) {

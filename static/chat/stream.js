@@ -43,7 +43,7 @@ function onJson(frame, handshake = false) {
       for (const block of frame.blocks) answers.onBlock(block);
       break;
     case "done": {
-      const startedHere = answers.onDone(frame);
+      const startedHere = answers.onDone(frame, () => alerts.clearAlert(RESUME_REFUSED));
       if (startedHere || typeof frame.tokens_left === "number") tier.showTokensLeft(frame);
       alerts.clearAlert("too_many_streams"); // an answer ended: a slot is free again
       composer.update();

@@ -20,6 +20,7 @@ from chat.demo_upstream.answers import tokenize
 from tests.browser.browsing import (
     DEVICES,
     PHONES,
+    is_touch,
     open_chat,
     send,
     signed_in_context,
@@ -165,5 +166,49 @@ def test_a_refused_handshake_reconnects_by_itself_after_its_wait(
         answer = wait_for_answer(page, 1)  # the page and its answer are all there
         expect(answer).to_have_attribute("data-status", "complete")
         assert source_text(answer) == "kept"
+        assert errors == []
+        context.close()
+
+
+@pytest.mark.parametrize("device", ["desktop", PHONES[0]])
+def test_stop_while_a_resume_is_refused_ends_with_the_saved_answer(
+    browser: Browser, device: str
+) -> None:
+    """The hostile review: with the answer's resume refused, Stop (pressed twice, since the
+    first seemed to do nothing: this tab did not follow the answer) got a `done` and the tab
+    showed the answer stopped with no text at all, for good, under an alert that never went.
+    Now a `done` for an answer this tab has not seen whole asks for the saved answer."""
+    with (
+        running_demo_server() as demo,
+        held_answers(demo, len(tokenize(LONG)) - 8) as hop,
+        running_chatsite(LLM_BASE_URL=hop.url, CHAT_RESUME_RATE="1 per 5 seconds") as base,
+    ):
+        context = signed_in_context(browser, base, **DEVICES[device])
+        page = open_chat(context)
+        hop.arm()
+        send(page, "/echo " + LONG)
+        answer = wait_for_answer(page, 1)
+        hop.wait_held(1)
+        mid = answer.get_attribute("data-mid")
+        page.wait_for_function(HEADINGS_SHOWN, arg=[mid, HEADINGS - 10])
+        page.reload()  # the one resume the rate allows
+        page.wait_for_function(HEADINGS_SHOWN, arg=[mid, HEADINGS - 10], timeout=20_000)
+        page.reload()  # refused
+        errors = watch_for_errors(page)
+        answer = wait_for_answer(page, 1)
+        alert = page.locator('#alerts .alert[data-code="resume_limited"]')
+        expect(alert).to_contain_text("goes on by itself")
+        stop = page.locator("#stop")
+        for _ in range(2):  # the second Stop of a stopped answer gets its `done`
+            if is_touch(page):
+                stop.tap()
+            else:
+                stop.click()
+            page.wait_for_timeout(300)
+        expect(answer).to_have_attribute("data-status", "stopped", timeout=20_000)
+        expect(answer.locator(".body h1").first).to_be_visible()
+        text = source_text(answer)
+        assert text and LONG.startswith(text), text[:80]
+        expect(alert).to_have_count(0)
         assert errors == []
         context.close()
