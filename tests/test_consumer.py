@@ -254,6 +254,33 @@ async def test_resume_of_a_finished_answer_sends_it_whole_then_done(
     assert again["seq"] == done["seq"]
 
 
+async def test_a_finished_answer_resumed_brings_its_title_and_tokens_left(
+    connect: Any, owner: Any, settings: Any
+) -> None:
+    # The new user's review: an answer that ended while the tab was offline came back
+    # complete, but its title and the usage meter stayed stale: the `title` and `usage`
+    # frames sent at its end went to no socket of that tab. A finished answer's resume (how
+    # a tab comes back) now brings both.
+    settings.CHAT_DAILY_TOKENS = 100_000
+    comm = await connect(owner)
+    await comm.send_to(text_data=json.dumps(prompt("/echo the answer")))
+    ended = await receive_until_done(comm)
+    mid, conversation = ended["done"]["mid"], conversation_of(ended)
+    await comm.disconnect()
+    await database_sync_to_async(
+        Conversation.objects.filter(pk=conversation).update
+    )(title="A title made while away")
+    back = await connect(owner, showing=conversation)
+    await back.send_to(text_data=json.dumps({"type": "resume", "mid": mid, "after": -1}))
+    final = await back.receive_from(timeout=10)
+    assert "the answer" in final and 'data-status="complete"' in final
+    assert json.loads(await back.receive_from(timeout=10))["type"] == "done"
+    title = await back.receive_from(timeout=10)
+    assert "A title made while away" in title and 'id="chat-title"' in title
+    usage = json.loads(await back.receive_from(timeout=10))
+    assert usage["type"] == "usage" and 0 < usage["tokens_left"] < 100_000
+
+
 async def test_resume_of_another_users_answer_is_not_found(
     connect: Any, owner: Any, other_user: Any
 ) -> None:

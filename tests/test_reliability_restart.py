@@ -416,6 +416,8 @@ async def test_a_tab_cut_off_by_a_crash_gets_back_everything_it_showed_and_can_a
                 # A stop of the ended answer is answered with its done, not ignored.
                 await ws.send(json.dumps({"type": "stop", "mid": seen.mid}))
                 stop_answer = await next_json(ws)
+                while stop_answer["type"] == "usage":  # came with the answer resent
+                    stop_answer = await next_json(ws)
                 assert stop_answer["type"] == "done" and stop_answer["status"] == "failed"
                 # The prompt box works: a new prompt is admitted and answered at once.
                 await send_prompt(ws, "/echo after the crash", str(conversation))

@@ -15,6 +15,7 @@ from django.conf import settings
 
 from chat import branches, conversations, fragments, metrics, protocol, sessions
 from chat.events import LAYER_DOWN, send_to_user, user_group
+from chat.limits.limiter import get_limiter
 from chat.models import Message
 from chat.sockets import draining
 from chat.sockets.outbox import Outbox
@@ -292,13 +293,28 @@ class ChatConsumer(AsyncWebsocketConsumer, Outbox):
             # A finished answer is sent whole, whatever `after` says: its final HTML replaces
             # whatever the tab shows (after a crash the tab may have shown more chunks than
             # the checkpoint held; the reaper kept them from the stream log).
-            for final in await database_sync_to_async(fragments.finished)(message):
+            # With the conversation's title and today's tokens left: a tab that was away when
+            # the answer ended missed the `title` and `usage` frames sent then (the new user's
+            # review: the header kept the prompt as its title, the meter the reservation).
+            for final in await database_sync_to_async(_finished_with_title)(
+                message, self.user_id, self.showing
+            ):
                 self.push(final)
+            await self._push_tokens_left()
             return
         # Its turn runs on another instance (or died): one follower of its log per process.
         mirror = mirrors.follow(mid)
         self.watching[mid] = mirror
         mirror.attach(self, after)
+
+    async def _push_tokens_left(self) -> None:
+        try:
+            used, quota = await get_limiter().tokens_today(self.user_id)
+        except Exception:
+            log.exception("tokens left for user %s", self.user_id)
+            return
+        if quota:
+            self.push(protocol.dumps({"type": "usage", "tokens_left": max(0, quota - used)}))
 
     def _unwatch(self, mid: str, watch: Feed) -> None:
         watch.detach(self)
@@ -357,6 +373,12 @@ def _title_if_valid(
     if not sessions.session_is_valid(user_id, session_key):
         return None
     return fragments.title_html(user_id, conversation_id, showing=showing)
+
+
+def _finished_with_title(message: Message, user_id: int, showing: str) -> list[str]:
+    """A finished answer's frames (final HTML, `done`), then its conversation's title."""
+    title = fragments.title_html(user_id, str(message.conversation_id), showing=showing)
+    return [*fragments.finished(message), *([title] if title else [])]
 
 
 def _checked_message(user_id: int, session_key: str | None, mid: str) -> Message:
