@@ -32,8 +32,8 @@ export function composerState({
       : "Reconnecting… This answer will stop when reconnected.";
   } else if (streaming && !connected) {
     status = offline
-      ? "Offline. The answer goes on at the server and catches up when you are back online."
-      : "Connection lost, reconnecting. The answer goes on at the server and catches up.";
+      ? "Offline. The answer shows when you are back."
+      : "Reconnecting… The answer goes on at the server.";
   } else if (streaming) {
     // The box stays open while an answer streams: the status line says what Enter (or Send)
     // does meanwhile, since it will not send until the answer ends. One short line: the

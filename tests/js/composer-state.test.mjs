@@ -64,11 +64,11 @@ describe("composerState", () => {
   test("a streaming answer that lost its socket says it goes on at the server", () => {
     assert.equal(
       composerState({ ...idle, streaming: true, connected: false }).status,
-      "Connection lost, reconnecting. The answer goes on at the server and catches up.",
+      "Reconnecting… The answer goes on at the server.",
     );
     assert.equal(
       composerState({ ...idle, streaming: true, connected: false, offline: true }).status,
-      "Offline. The answer goes on at the server and catches up when you are back online.",
+      "Offline. The answer shows when you are back.",
     );
   });
 
