@@ -267,9 +267,9 @@ async def test_a_finished_answer_resumed_brings_its_title_and_tokens_left(
     ended = await receive_until_done(comm)
     mid, conversation = ended["done"]["mid"], conversation_of(ended)
     await comm.disconnect()
-    await database_sync_to_async(
-        Conversation.objects.filter(pk=conversation).update
-    )(title="A title made while away")
+    await database_sync_to_async(Conversation.objects.filter(pk=conversation).update)(
+        title="A title made while away"
+    )
     back = await connect(owner, showing=conversation)
     await back.send_to(text_data=json.dumps({"type": "resume", "mid": mid, "after": -1}))
     final = await back.receive_from(timeout=10)
