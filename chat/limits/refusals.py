@@ -50,50 +50,44 @@ def rate(item: RateLimitItem, noun: str, reset_time: float, remaining: int) -> R
     )
 
 
-def resumes(item: RateLimitItem, noun: str, reset_time: float, remaining: int) -> Rejection:
-    """Over CHAT_RESUME_RATE (`rate`'s wait): the page asks for the answer again by itself
-    after `retry_after`, so the words say that instead of asking the user to try again."""
+def _worded(
+    item: RateLimitItem, noun: str, reset_time: float, remaining: int, words: str
+) -> Rejection:
+    """`rate`'s wait with other words: `words` is formatted with `limit` (the rate in words)
+    and `wait` (how long until a hit frees)."""
     over = rate(item, noun, reset_time, remaining)
     wait = human_duration(over.retry_after or 1)
     return Rejection(
         code=over.code,
-        message=(
-            f"Answers were reloaded too often (at most {describe_rate(item, noun)}). This one "
-            f"goes on by itself in {wait}; nothing is lost."
-        ),
+        message=words.format(limit=describe_rate(item, noun), wait=wait),
         retry_after=over.retry_after,
         reset_at=over.reset_at,
     )
+
+
+def resumes(item: RateLimitItem, noun: str, reset_time: float, remaining: int) -> Rejection:
+    """Over CHAT_RESUME_RATE: the page asks for the answer again by itself after
+    `retry_after`, so the words say that instead of asking the user to try again."""
+    words = (
+        "Answers were reloaded too often (at most {limit}). This one goes on by itself in "
+        "{wait}; nothing is lost."
+    )
+    return _worded(item, noun, reset_time, remaining, words)
 
 
 def reconnects(item: RateLimitItem, noun: str, reset_time: float, remaining: int) -> Rejection:
-    """Over CHAT_SOCKET_RATE (`rate`'s wait): the tab connects again by itself after
-    `retry_after`."""
-    over = rate(item, noun, reset_time, remaining)
-    wait = human_duration(over.retry_after or 1)
-    return Rejection(
-        code=over.code,
-        message=(
-            f"Your tabs connected too often (at most {describe_rate(item, noun)}). This tab "
-            f"connects again by itself in {wait}; nothing is lost."
-        ),
-        retry_after=over.retry_after,
-        reset_at=over.reset_at,
+    """Over CHAT_SOCKET_RATE: the tab connects again by itself after `retry_after`."""
+    words = (
+        "Your tabs connected too often (at most {limit}). This tab connects again by itself "
+        "in {wait}; nothing is lost."
     )
+    return _worded(item, noun, reset_time, remaining, words)
 
 
 def pages(item: RateLimitItem, noun: str, reset_time: float, remaining: int) -> Rejection:
-    """Over CHAT_PAGE_RATE (`rate`'s wait): conversation pages were loaded too often."""
-    over = rate(item, noun, reset_time, remaining)
-    return Rejection(
-        code=over.code,
-        message=(
-            f"Conversations were opened too often (at most {describe_rate(item, noun)}). "
-            f"Try again in {human_duration(over.retry_after or 1)}."
-        ),
-        retry_after=over.retry_after,
-        reset_at=over.reset_at,
-    )
+    """Over CHAT_PAGE_RATE: conversation pages were loaded too often."""
+    words = "Conversations were opened too often (at most {limit}). Try again in {wait}."
+    return _worded(item, noun, reset_time, remaining, words)
 
 
 def streams(cap: int) -> Rejection:
