@@ -130,3 +130,5 @@ async def test_resuming_a_finished_answer_sends_its_stored_html_without_renderin
         done = json.loads(await comm.receive_from(timeout=10))
         assert done["type"] == "done" and done["mid"] == answer.mid
         assert done["status"] == "complete"
+        while not await comm.receive_nothing(timeout=0.3):  # its title, today's tokens left
+            await comm.receive_from(timeout=10)

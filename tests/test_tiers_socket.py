@@ -42,6 +42,7 @@ async def ready_for(
 async def test_every_user_agent_of_the_corpus_gets_its_tier_in_the_ready_frame(
     owner: Any, settings: Any
 ) -> None:
+    settings.CHAT_SOCKET_RATE = "10000/minute"  # one user's many handshakes, on purpose
     session = await database_sync_to_async(session_key_for)(owner)
     wrong = []
     for row in _read_corpus():
