@@ -30,7 +30,6 @@ from chat.limits.budget import TurnAsk, turn_ask
 from chat.limits.limiter import Admission, get_limiter
 from chat.limits.logins import address_key
 from chat.limits.refusals import Rejection
-from chat.limits.sockets import Place, SocketCounter, get_socket_counter
 from chat.sockets import draining
 from chat.tiers.hints import ACCEPT_CH, VARY
 from chat.tiers.picker import awith_choices
@@ -265,84 +264,6 @@ class OriginValidator:
             await WebsocketDenier()(scope, receive, send)
             return
         await self.inner(scope, receive, send)
-
-
-class SocketCapASGIMiddleware:
-    """Caps open sockets per user and per client address at the handshake (issue 13.6), and
-    how often one user may open one (CHAT_SOCKET_RATE: the resume storm, docs/security.md).
-
-    The decision rides on the `websocket.connect` event (`protocol.VERDICT_KEY`: a Refusal
-    when over a cap); the consumer then says why and closes with 4429, since a refused
-    handshake is an HTTP 403 a page cannot tell from "forbidden". The socket's places are
-    given back when the socket's application ends, however it ends.
-    """
-
-    def __init__(self, inner: ASGIApp) -> None:
-        self.inner = inner
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        user = scope.get("user")
-        if scope["type"] != "websocket" or user is None or not user.is_authenticated:
-            await self.inner(scope, receive, send)  # the consumer refuses a stranger itself
-            return
-        counter = get_socket_counter()
-        held: list[Place] = []
-
-        async def capped_receive() -> dict[str, Any]:
-            message: dict[str, Any] = await receive()
-            if message["type"] == "websocket.connect":
-                # The caps first: a tab refused for a cap (it retries every few seconds) does
-                # not use up the user's rate of handshakes, which its open tabs need to
-                # reconnect; a tab over the rate gives its place back at once.
-                taken = await counter.take(user.pk, client_address(scope))
-                if not isinstance(taken, Place):
-                    metrics.rejected("too_many_sockets", "socket")
-                    return {**message, protocol.VERDICT_KEY: _too_many_sockets(counter, taken)}
-                over = await get_limiter().hit_socket(user.pk)
-                if over is not None:
-                    counter.release(taken)
-                    metrics.rejected(over.code, "socket")
-                    refusal = protocol.Refusal(
-                        over.code,
-                        over.message,
-                        retry_after=over.retry_after,
-                        reset_at=over.reset_at,
-                    )
-                    return {**message, protocol.VERDICT_KEY: refusal}
-                held.append(taken)
-            return message
-
-        try:
-            await self.inner(scope, capped_receive, send)
-        finally:
-            for place in held:
-                counter.release(place)
-
-
-def client_address(scope: dict[str, Any]) -> str:
-    """The client's address: daphne's peer, which behind nginx is the client only when daphne
-    runs with --proxy-headers and nginx overwrites X-Forwarded-For (deploy/nginx.conf does)."""
-    client = scope.get("client")
-    return str(client[0]) if client else "unknown"
-
-
-def _too_many_sockets(counter: SocketCounter, which: str) -> protocol.Refusal:
-    if which == "user":
-        message = (
-            f"Your account has {counter.per_user} chat tabs open, the most allowed. Close one "
-            "of them and this tab reconnects by itself."
-        )
-    else:
-        message = (
-            f"Your network address has {counter.per_address} chat connections open, the most "
-            "allowed. Close some tabs and this one reconnects by itself."
-        )
-    return protocol.Refusal("too_many_sockets", message, retry_after=SOCKETS_RETRY_AFTER)
-
-
-# A tab over the cap tries again after this (a pause, not a promise: nobody knows when
-# another tab closes).
-SOCKETS_RETRY_AFTER = 10
 
 
 class DeviceTierASGIMiddleware:

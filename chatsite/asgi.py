@@ -23,10 +23,10 @@ from chat.middleware import (  # noqa: E402
     DeviceTierASGIMiddleware,
     FrameASGIMiddleware,
     OriginValidator,
-    SocketCapASGIMiddleware,
 )
 from chat.ops.shutdown import GracefulShutdown  # noqa: E402
 from chat.ops.startup import ensure_started  # noqa: E402
+from chat.socket_caps import SocketCapASGIMiddleware  # noqa: E402
 from chat.sockets.routing import websocket_urlpatterns  # noqa: E402
 
 ASGIApp = Any
