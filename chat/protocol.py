@@ -304,3 +304,9 @@ def refused(refusal: Refusal, *, mid: str | None = None) -> str:
 
 def ready(tier: str, model: str, instance: str, **extra: Any) -> str:
     return dumps({"type": "ready", "tier": tier, "model": model, "instance": instance, **extra})
+
+
+def conversation_deleted(conversation_id: str) -> str:
+    """The user deleted a conversation (in any tab): every tab drops it from its list, and a
+    tab that shows it becomes a new chat (docs/protocol.md)."""
+    return dumps({"type": "conversation_deleted", "conversation": conversation_id})

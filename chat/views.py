@@ -16,6 +16,7 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 
 from chat import branches, conversations, protocol
 from chat.demo_upstream.answers import MODELS as DEMO_MODELS
+from chat.events import send_to_user_on_commit
 from chat.forms import EarlierForm, InvalidInput, ListQueryForm, RenameForm
 from chat.limits.limiter import get_limiter
 from chat.models import Conversation, Message
@@ -242,6 +243,11 @@ def delete(request: HttpRequest, conversation_id: str) -> HttpResponse:
         # Here at once (on the event loop, where the turn runs), elsewhere through the
         # control channel; the turn ends `stopped` and settles its slot and reservation.
         async_to_sync(registry.stop)(mid)
+    # Every other tab of the user (any browser, any instance) drops it too; one that shows it
+    # becomes a new chat, keeping what was typed in its box (chat.sockets.consumers).
+    send_to_user_on_commit(
+        int(request.user.pk or 0), {"type": "chat.deleted", "conversation": str(conversation_id)}
+    )
     response = HttpResponse("")
     if request.POST.get("current") == str(conversation_id):
         # The page shows what is gone: sidebar.js makes it a new chat in place of its history

@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import ClientConnection
 
 from tests.servers import signup
 from tests.test_daphne import (
     PAIR_ENV,
+    Answer,
     chat_socket,
     needs_postgres,
     new_username,
@@ -50,6 +53,20 @@ def delete_conversation(base: str, client: httpx.Client, conversation: str) -> i
     return response.status_code
 
 
+async def next_of_type(
+    ws: ClientConnection, kind: str, answer: Answer | None = None
+) -> dict[str, Any]:
+    """The next JSON frame of type `kind`; frames of other types before it are skipped, but
+    those of `answer` (chunks, its `done`) are added to it."""
+    while (frame := await next_json(ws))["type"] != kind:
+        if answer is not None and frame.get("mid") == answer.mid:
+            if frame["type"] == "chunk":
+                answer.chunks[frame["seq"]] = frame["text"]
+            elif frame["type"] == "done":
+                answer.done = frame
+    return frame
+
+
 @pytest.mark.timeout(180)
 async def test_deleting_a_conversation_stops_its_answer_on_the_instance_running_it() -> None:
     # One stream at a time: an answer that kept its slot would refuse the next prompt.
@@ -70,6 +87,11 @@ async def test_deleting_a_conversation_stops_its_answer_on_the_instance_running_
                 await asyncio.to_thread(delete_conversation, pair.web2.base, client, str(row[0]))
                 == 200
             )
+            # The tab (on web1) is told of the deletion made on web2, before or after the
+            # answer's `done`: its page drops the conversation, and becomes a new chat if it
+            # shows it (docs/protocol.md).
+            told = await next_of_type(ws, "conversation_deleted", answer=started)
+            assert told == {"type": "conversation_deleted", "conversation": str(row[0])}
             ended = await read_answer(ws, started, timeout=10)
             assert ended.done is not None and ended.done["status"] == "stopped"
             assert "deleted" in ended.done["error"]
@@ -84,7 +106,7 @@ async def test_deleting_a_conversation_stops_its_answer_on_the_instance_running_
 
             # A Stop for it now says what happened instead of a bare "not found".
             await ws.send(json.dumps({"type": "stop", "mid": started.mid}))
-            error = await next_json(ws)
+            error = await next_of_type(ws, "error")
             assert error["type"] == "error" and error["code"] == "not_found"
             assert "deleted" in error["message"] and error["mid"] == started.mid
 

@@ -351,6 +351,13 @@ class ChatConsumer(AsyncWebsocketConsumer, Outbox):
         if event.get("tokens_left") is not None:
             self.push(protocol.dumps({"type": "usage", "tokens_left": event["tokens_left"]}))
 
+    async def chat_deleted(self, event: dict[str, Any]) -> None:
+        """The user deleted a conversation (chat.views.delete): the page drops it from its list
+        and, if it shows it, becomes a new chat; the deleting tab's own page ignores it."""
+        if event["conversation"] == self.showing:
+            self.showing = ""  # the other tabs' turns there are gone with it
+        self.push(protocol.conversation_deleted(event["conversation"]))
+
     async def chat_session_check(self, event: dict[str, Any]) -> None:
         """The user's password (or account) changed: a socket whose session no longer
         verifies is closed, on every instance; the others go on."""

@@ -196,6 +196,18 @@ export function conversationId() {
   return input ? input.value : "";
 }
 
+/** What the prompt box holds now (sent or not). */
+export function boxText() {
+  return promptEl.value;
+}
+
+/** Put `text` in the prompt box (what the user typed on a page that is gone). */
+export function restoreText(text) {
+  if (!text) return;
+  promptEl.value = text;
+  autosize();
+}
+
 export function isEditing() {
   return editing !== null;
 }

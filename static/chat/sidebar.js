@@ -41,6 +41,44 @@ export function start() {
   // The open conversation was deleted (chat/views.py `delete`): a new chat replaces this
   // history entry, so Back and a reload do not land on the deleted conversation's 404.
   document.body.addEventListener("open-conversation-deleted", () => location.replace("/"));
+  // Deletions asked for here: the server tells every tab of a deletion (`conversation_deleted`),
+  // this one included, which has its own response to act on.
+  document.body.addEventListener("htmx:beforeRequest", (event) => {
+    const id = deletedBy(event.detail.elt);
+    if (id) deletingHere.add(id);
+  });
+  document.body.addEventListener("htmx:afterRequest", (event) => {
+    const id = deletedBy(event.detail.elt);
+    if (id && !event.detail.successful) deletingHere.delete(id); // still there
+  });
+}
+
+const deletingHere = new Set();
+
+/** The conversation a delete form deletes, or "" for any other element. */
+function deletedBy(element) {
+  if (!element?.matches?.("form.delete")) return "";
+  return element.closest("li.conv")?.id.replace(/^conv-/, "") ?? "";
+}
+
+/** Whether this page asked for the deletion of conversation `id`. @param {string} id */
+export function deletedHere(id) {
+  return deletingHere.has(id);
+}
+
+/** A conversation's title as the list shows it ("" if the list does not). @param {string} id */
+export function titleOf(id) {
+  const link = document.getElementById(`conv-${id}`)?.querySelector("a");
+  return link ? link.textContent.replace("📌", "").trim() : "";
+}
+
+/** Take conversation `id` out of the list (deleted elsewhere). @param {string} id */
+export function dropConversation(id) {
+  const item = document.getElementById(`conv-${id}`);
+  if (!item) return;
+  const hadFocus = item.contains(document.activeElement);
+  item.remove();
+  if (hadFocus) document.getElementById("new-chat")?.focus();
 }
 
 /**

@@ -5,6 +5,7 @@ import * as alerts from "./alerts.js";
 import * as answers from "./answers.js";
 import * as composer from "./composer.js";
 import * as copy from "./copy.js";
+import { deletedNotice, deletionOutcome, handOff, takeHandoff } from "./deletion.js";
 import * as earlier from "./earlier.js";
 import { continuedAnswer } from "./frames.js";
 import { escapeAction, isNewChatShortcut } from "./keys.js";
@@ -67,12 +68,43 @@ function onJson(frame, handshake = false) {
       composer.update();
       composer.returnFocusToPrompt();
       break;
+    case "conversation_deleted":
+      onDeleted(frame.conversation);
+      break;
     case "usage":
       tier.showTokensLeft(frame); // tokens counted after an answer (its title)
       break;
     default:
       break; // unknown frames from a newer server are ignored
   }
+}
+
+/**
+ * A conversation was deleted in another tab or browser: it leaves the list; if this page shows
+ * it, the page becomes a new chat (at `/`, in place of this history entry, as when it is
+ * deleted here), with a notice and the box's text.
+ * @param {string} id
+ */
+function onDeleted(id) {
+  const outcome = deletionOutcome({
+    deleted: id,
+    open: composer.conversationId(),
+    here: sidebar.deletedHere(id),
+  });
+  if (outcome === "ignore") return;
+  const title = sidebar.titleOf(id) || document.getElementById("chat-title")?.textContent || "";
+  sidebar.dropConversation(id);
+  if (outcome !== "reset") return;
+  handOff(sessionStorage, { title: title.trim(), text: composer.boxText() });
+  location.replace("/");
+}
+
+/** The page that was here before showed a conversation deleted elsewhere: say so. */
+function showHandoff() {
+  const handed = takeHandoff(sessionStorage);
+  if (!handed) return;
+  composer.restoreText(handed.text);
+  alerts.showAlert(deletedNotice(handed.title, Boolean(handed.text)), 0, "conversation_deleted");
 }
 
 function onHtml(html) {
@@ -171,6 +203,7 @@ scroll.scrollToBottom();
 sidebar.markCurrent();
 composer.update();
 composer.focusOnLoad();
+showHandoff();
 document.addEventListener("visibilitychange", answers.releaseIfHidden);
 socket.start({
   // Chunks and blocks only queue what is painted; any other frame waits for the blocks before it.

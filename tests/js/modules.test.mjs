@@ -13,6 +13,7 @@ const MAX_LINES = 450;
 const PURE = [
   "backoff.js",
   "composer-state.js",
+  "deletion.js",
   "frames.js",
   "keys.js",
   "labels.js",
