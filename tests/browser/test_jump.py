@@ -84,3 +84,40 @@ def test_new_text_below_stays_above_a_grown_prompt_box_and_jumps_down(
     expect(answer).to_have_attribute("data-status", "stopped")
     assert errors == []
     context.close()
+
+
+@pytest.mark.parametrize("device", list(DEVICES))
+def test_new_text_below_goes_once_the_answer_has_ended_and_the_reader_is_at_the_bottom(
+    browser: Browser, server: str, device: str
+) -> None:
+    context = signed_in_context(browser, server, **DEVICES[device])
+    page = open_chat(context)
+    errors = watch_for_errors(page)
+    send(page, "/long 500")
+    answer = wait_for_answer(page, 1)
+    messages = page.locator("#messages")
+    page.wait_for_function(
+        "() => { const m = document.getElementById('messages');"
+        " return m.scrollHeight > m.clientHeight + 300; }"
+    )
+    expect(answer).to_have_attribute("data-status", "streaming")
+    area = messages.bounding_box()
+    assert area is not None
+    page.mouse.move(area["x"] + area["width"] / 2, area["y"] + area["height"] / 2)
+    page.mouse.wheel(0, -3000)
+    jump = page.get_by_role("button", name="New text below")
+    expect(jump).to_be_visible()
+
+    # The answer ends while the reader is up the thread: what came meanwhile is still below.
+    expect(answer).to_have_attribute("data-status", "complete", timeout=30_000)
+    page.wait_for_timeout(300)
+    expect(jump).to_be_visible()
+    # The reader scrolls down to the end themselves: nothing new is below any more.
+    # (The mouse wheel on phones too: the page sees the same scroll events as from a swipe.)
+    page.mouse.wheel(0, 100_000)
+    page.wait_for_function(f"() => ({AT_BOTTOM})(document.getElementById('messages'))")
+    expect(jump).to_be_hidden()
+    page.wait_for_timeout(500)
+    expect(jump).to_be_hidden()
+    assert errors == []
+    context.close()
