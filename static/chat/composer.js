@@ -2,6 +2,7 @@
 // and the turn this tab asked for until the server accepts or refuses it.
 import { announce, clearAlert, showAlert } from "./alerts.js";
 import { canStartTurn, composerState } from "./composer-state.js";
+import { loadDraft, saveDraft } from "./drafts.js";
 import { continueFrame, promptFrame, regenerateFrame } from "./frames.js";
 import { enterAction, enterKeyHint, keysHint } from "./keys.js";
 import { selectedModel } from "./models.js";
@@ -46,6 +47,9 @@ export function start() {
     else announce("Not sent: an answer is still coming. Your text stays here.");
   });
   promptEl.addEventListener("input", autosize);
+  promptEl.addEventListener("input", keepDraft);
+  // An unsent draft survives a reload (sessionStorage: this tab's, never the server's).
+  restoreText(loadDraft(sessionStorage, conversationId()));
   watchHeight();
   // The box gets narrower while Stop shows beside it, and wider once Stop is gone (the window
   // and the compact layout change it too): its height follows its text at the new width, so
@@ -140,6 +144,9 @@ export function accept() {
     promptEl.value = "";
     autosize();
   }
+  // Sent: the draft goes (a new chat's is now its conversation's, under its new id).
+  if (awaiting.fromBox !== undefined) saveDraft(sessionStorage, awaiting.conversation, "");
+  keepDraft();
   awaiting = null;
   clearAlert();
   return true;
@@ -201,11 +208,18 @@ export function boxText() {
   return promptEl.value;
 }
 
-/** Put `text` in the prompt box (what the user typed on a page that is gone). */
+/** Put `text` in the prompt box (what the user typed on a page that is gone), as its draft. */
 export function restoreText(text) {
   if (!text) return;
   promptEl.value = text;
   autosize();
+  keepDraft();
+}
+
+/** The box's text is this conversation's draft; not while it holds an earlier prompt to edit
+ * (the draft from before the edit is kept, and comes back after it). */
+function keepDraft() {
+  if (!editing) saveDraft(sessionStorage, conversationId(), promptEl.value);
 }
 
 export function isEditing() {
@@ -247,7 +261,12 @@ function submitPrompt() {
   if (!canStartTurn({ streaming: isStreaming(), awaiting: Boolean(awaiting) })) return;
   // An edit makes a new version of that prompt; the thread goes on from it.
   const edit = editing ? { ...editing } : null;
-  ask(promptFrame(conversationId(), text, edit?.mid, selectedModel()), { fromBox: text, edit });
+  const conversation = conversationId();
+  ask(promptFrame(conversation, text, edit?.mid, selectedModel()), {
+    fromBox: text,
+    edit,
+    conversation,
+  });
 }
 
 function ask(frame, waiting) {
@@ -272,6 +291,7 @@ function leaveEditMode(draft) {
   promptEl.setAttribute("aria-describedby", "composer-status composer-keys");
   promptEl.value = draft;
   autosize();
+  keepDraft();
 }
 
 function markEdited(mid) {

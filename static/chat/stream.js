@@ -6,6 +6,7 @@ import * as answers from "./answers.js";
 import * as composer from "./composer.js";
 import * as copy from "./copy.js";
 import { deletedNotice, deletionOutcome, handOff, takeHandoff } from "./deletion.js";
+import { clearDrafts, saveDraft } from "./drafts.js";
 import * as earlier from "./earlier.js";
 import { continuedAnswer } from "./frames.js";
 import { escapeAction, isNewChatShortcut } from "./keys.js";
@@ -96,6 +97,7 @@ function onDeleted(id) {
   sidebar.dropConversation(id);
   if (outcome !== "reset") return;
   handOff(sessionStorage, { title: title.trim(), text: composer.boxText() });
+  saveDraft(sessionStorage, id, ""); // its draft moves to the new chat
   location.replace("/");
 }
 
@@ -187,7 +189,10 @@ document.addEventListener("keydown", (event) => {
 
 // --- start ------------------------------------------------------------------------------------
 document.addEventListener("htmx:oobBeforeSwap", answers.onOobBeforeSwap);
-document.getElementById("logout").addEventListener("submit", socket.leave);
+document.getElementById("logout").addEventListener("submit", () => {
+  socket.leave();
+  clearDrafts(sessionStorage); // the next person on this tab must not find them
+});
 alerts.onDismiss(composer.returnFocusToPrompt);
 scroll.start();
 composer.start();

@@ -14,6 +14,7 @@ const PURE = [
   "backoff.js",
   "composer-state.js",
   "deletion.js",
+  "drafts.js",
   "frames.js",
   "keys.js",
   "labels.js",
