@@ -123,6 +123,8 @@ REJECTIONS = (  # the (reason, channel) pairs the code counts
     ("quota_exceeded", "socket"),
     ("too_many_streams", "socket"),
     ("too_many_sockets", "socket"),
+    ("unauthenticated", "socket"),
+    ("rate_limited", "stranger"),
     ("rate_limited", "http"),
     ("rate_limited", "resume"),
     ("rate_limited", "signup"),
@@ -143,7 +145,7 @@ for _reason, _channel in REJECTIONS:
 # alert on rate(chat_limiter_failures_total[5m]) must see Redis's first outage of a process.
 LIMITER_OPERATIONS = (
     *("admit", "settle", "refresh", "resize", "release_dead", "tokens_today", "reset_today"),
-    *("hit_http", "hit_page", "hit_resume", "hit_socket"),
+    *("hit_http", "hit_page", "hit_resume", "hit_socket", "hit_stranger"),
     *("address_hit", "username_hit", "device_hit", "signup_hit", "reset_hit", "login_clear"),
     *("socket_take", "socket_release", "socket_extend"),
 )

@@ -1,16 +1,63 @@
-"""The handshake's socket caps (per user and per client address) and the user's rate of new
-sockets (CHAT_SOCKET_RATE), as ASGI middleware (chatsite/asgi.py puts it in the chain)."""
+"""The handshake's gates, as ASGI middleware (chatsite/asgi.py puts them in the chain): the
+strangers' gate before the session lookup, then the socket caps (per user and per client
+address) and the user's rate of new sockets (CHAT_SOCKET_RATE)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from django.conf import settings
+from django.http.cookie import parse_cookie
+
 from chat import metrics, protocol
 from chat.limits.limiter import get_limiter
 from chat.limits.sockets import Place, SocketCounter, get_socket_counter
 
 ASGIApp = Callable[..., Awaitable[None]]
+
+
+class StrangerGateASGIMiddleware:
+    """Refuses a handshake that cannot be a user's before Channels looks its session up (a hop
+    onto the one ORM thread every turn of every user passes through): one without a session
+    cookie, at once, and any from an address whose handshakes carried an invalid session too
+    often (CHAT_STRANGER_SOCKET_RATE, counted by SocketCapASGIMiddleware below). Anonymous
+    handshakes in a loop slowed every other user's first token (docs/security.md).
+
+    Closed as the consumer closes a stranger (4401, never accepted: a browser sees a refused
+    handshake); over the rate 4429.
+    """
+
+    def __init__(self, inner: ASGIApp) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            if not has_session_cookie(scope):
+                metrics.rejected("unauthenticated", "socket")
+                await _refuse(receive, send, protocol.CLOSE_UNAUTHENTICATED)
+                return
+            if await get_limiter().hit_stranger(client_address(scope), count=False):
+                metrics.rejected("rate_limited", "stranger")
+                await _refuse(receive, send, protocol.CLOSE_TOO_MANY_SOCKETS)
+                return
+        await self.inner(scope, receive, send)
+
+
+def has_session_cookie(scope: dict[str, Any]) -> bool:
+    for name, value in scope.get("headers", ()):
+        if name == b"cookie" and parse_cookie(value.decode("latin-1")).get(
+            settings.SESSION_COOKIE_NAME
+        ):
+            return True
+    return False
+
+
+async def _refuse(receive: Any, send: Any, code: int) -> None:
+    """Refuse the handshake (not accepted: daphne answers 403) once it arrives."""
+    message = await receive()
+    if message["type"] == "websocket.connect":
+        await send({"type": "websocket.close", "code": code})
 
 
 class SocketCapASGIMiddleware:
@@ -29,6 +76,9 @@ class SocketCapASGIMiddleware:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         user = scope.get("user")
         if scope["type"] != "websocket" or user is None or not user.is_authenticated:
+            if scope["type"] == "websocket":
+                # A session cookie, but no session behind it: the gate above counts these.
+                await get_limiter().hit_stranger(client_address(scope))
             await self.inner(scope, receive, send)  # the consumer refuses a stranger itself
             return
         counter = get_socket_counter()

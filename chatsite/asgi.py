@@ -26,7 +26,7 @@ from chat.middleware import (  # noqa: E402
 )
 from chat.ops.shutdown import GracefulShutdown  # noqa: E402
 from chat.ops.startup import ensure_started  # noqa: E402
-from chat.socket_caps import SocketCapASGIMiddleware  # noqa: E402
+from chat.socket_caps import SocketCapASGIMiddleware, StrangerGateASGIMiddleware  # noqa: E402
 from chat.sockets.routing import websocket_urlpatterns  # noqa: E402
 
 ASGIApp = Any
@@ -87,11 +87,14 @@ application = GracefulShutdown(
                 # nginx (deploy/nginx.conf) /static/ never reaches us.
                 "http": ASGIStaticFilesHandler(django_asgi_app),
                 # Exact origins (scheme, host, port): chat/middleware.py says why not Channels'.
+                # Strangers are refused before the session lookup (chat/socket_caps.py).
                 "websocket": OriginValidator(
-                    AuthMiddlewareStack(
-                        SocketCapASGIMiddleware(
-                            DeviceTierASGIMiddleware(
-                                FrameASGIMiddleware(URLRouter(websocket_urlpatterns))
+                    StrangerGateASGIMiddleware(
+                        AuthMiddlewareStack(
+                            SocketCapASGIMiddleware(
+                                DeviceTierASGIMiddleware(
+                                    FrameASGIMiddleware(URLRouter(websocket_urlpatterns))
+                                )
                             )
                         )
                     )

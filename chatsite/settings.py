@@ -355,6 +355,12 @@ CHAT_RESUME_RATE = _rate("CHAT_RESUME_RATE", "30/minute")
 # resume storm, docs/security.md). Over it the tab is told when to come back, then closed
 # with 4429; it reconnects by itself after that wait.
 CHAT_SOCKET_RATE = _rate("CHAT_SOCKET_RATE", "60/minute")
+# How often handshakes from one client address may carry a session cookie that is not a valid
+# session (expired, forged, logged out). Each costs a session lookup before it is refused; a
+# loop of them slowed every other user's answers (docs/security.md). Over it, the address's
+# handshakes are refused (403) before the lookup, with or without a valid cookie, until the
+# window frees. A handshake without any session cookie is refused at once and not counted.
+CHAT_STRANGER_SOCKET_RATE = _rate("CHAT_STRANGER_SOCKET_RATE", "30/minute")
 # How often one user (anonymous: one client address) may load a page that sends a whole
 # conversation: /c/<id>/, /s/<token>/ and the two exports. A long answer's stored HTML is
 # over a megabyte: GETs in a loop slowed every other user's answers (docs/security.md).

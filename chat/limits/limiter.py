@@ -177,55 +177,79 @@ class Limiter:
 
     async def hit_http(self, key: str, rate: str) -> Rejection | None:
         """Count one HTTP request against `rate` for `key` (a user or a client address)."""
-        try:
-            return await self._hit_rate(("http", key), rate, "request")
-        except REDIS_DOWN as exc:
-            self._note_failure("hit_http", exc)
-            return refusals.unavailable() if self.failure == "closed" else None
+        return await self._hit_named("hit_http", ("http", key), rate, "request")
 
     async def hit_page(self, key: str) -> Rejection | None:
         """Count one load of a page that sends a whole conversation (its stored HTML, over a
         megabyte for a long answer) against CHAT_PAGE_RATE for `key` (a user or an address):
         such GETs in a loop must not slow every other user's answers (docs/security.md)."""
-        try:
-            return await self._hit_rate(
-                ("page", key), settings.CHAT_PAGE_RATE, "page load", refuse=refusals.pages
-            )
-        except REDIS_DOWN as exc:
-            self._note_failure("hit_page", exc)
-            return refusals.unavailable() if self.failure == "closed" else None
+        return await self._hit_named(
+            "hit_page", ("page", key), settings.CHAT_PAGE_RATE, "page load", refuse=refusals.pages
+        )
 
     async def hit_resume(self, user_id: int) -> Rejection | None:
         """Count one `resume` against CHAT_RESUME_RATE: sending a finished answer again costs
         its whole HTML (issue 13.6), following a streaming one replays every block so far
-        (the resume storm, docs/security.md): a loop of them must not stall the instance."""
-        try:
-            return await self._hit_rate(
-                ("resume", str(user_id)),
-                settings.CHAT_RESUME_RATE,
-                "answer reload",
-                refuse=refusals.resumes,
-            )
-        except REDIS_DOWN as exc:
-            # A resume is how a tab gets back what it missed: never refused for an outage.
-            self._note_failure("hit_resume", exc)
-            return None
+        (the resume storm, docs/security.md): a loop of them must not stall the instance.
+        Never refused for an outage: a resume is how a tab gets back what it missed."""
+        return await self._hit_named(
+            "hit_resume",
+            ("resume", str(user_id)),
+            settings.CHAT_RESUME_RATE,
+            "answer reload",
+            refuse=refusals.resumes,
+            fail_open=True,
+        )
 
     async def hit_socket(self, user_id: int) -> Rejection | None:
         """Count one socket handshake against CHAT_SOCKET_RATE: tabs reconnecting in a loop
         (each a session check, a group to join, a `ready`, and the resumes after it) must not
-        slow every other user's answers (the resume storm, docs/security.md)."""
+        slow every other user's answers (the resume storm, docs/security.md). As the socket
+        caps: a tab is not refused because Redis is away."""
+        return await self._hit_named(
+            "hit_socket",
+            ("socket", str(user_id)),
+            settings.CHAT_SOCKET_RATE,
+            "connection",
+            refuse=refusals.reconnects,
+            fail_open=True,
+        )
+
+    async def hit_stranger(self, address: str, *, count: bool = True) -> Rejection | None:
+        """A handshake from `address` that carried a session cookie but no valid session,
+        against CHAT_STRANGER_SOCKET_RATE (`count=False`: only whether the address is over).
+        Each costs a session lookup on the ORM thread before the consumer refuses it; a loop
+        of them slowed every other user's first token (docs/security.md). Never refused for
+        an outage (the consumer refuses strangers anyway)."""
+        return await self._hit_named(
+            "hit_stranger",
+            ("stranger", address),
+            settings.CHAT_STRANGER_SOCKET_RATE,
+            "connection without a session",
+            count=count,
+            fail_open=True,
+        )
+
+    async def _hit_named(
+        self,
+        operation: str,
+        identifiers: tuple[str, ...],
+        rate: str,
+        noun: str,
+        *,
+        refuse: Callable[[RateLimitItem, str, float, int], Rejection] = refusals.rate,
+        count: bool = True,
+        fail_open: bool = False,
+    ) -> Rejection | None:
+        """One of the rates above; over an outage of the storage `fail_open` lets it pass,
+        else CHAT_LIMITER_FAILURE decides."""
         try:
-            return await self._hit_rate(
-                ("socket", str(user_id)),
-                settings.CHAT_SOCKET_RATE,
-                "connection",
-                refuse=refusals.reconnects,
-            )
+            return await self._hit_rate(identifiers, rate, noun, count=count, refuse=refuse)
         except REDIS_DOWN as exc:
-            # As the socket caps: a tab is not refused because Redis is away.
-            self._note_failure("hit_socket", exc)
-            return None
+            self._note_failure(operation, exc)
+            if fail_open or self.failure != "closed":
+                return None
+            return refusals.unavailable()
 
     async def tokens_today(self, user_id: int) -> tuple[int, int]:
         """(tokens counted against the user today, the daily quota; 0 = unlimited)."""
@@ -336,6 +360,7 @@ def _config() -> Hashable:
         settings.CHAT_RESUME_RATE,
         settings.CHAT_SOCKET_RATE,
         settings.CHAT_PAGE_RATE,
+        settings.CHAT_STRANGER_SOCKET_RATE,
         settings.CHAT_GLOBAL_DAILY_TOKENS,
     )
 
