@@ -99,6 +99,7 @@ def main() -> None:
             ),
             usage=(user, "demo-full", "full", 10, 50),
             blocks=1,
+            only_version=exchange.prompt is not None,  # as the turn says (chat/turns/start.py)
         )
         return str(exchange.conversation.id)
 

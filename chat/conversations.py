@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
@@ -305,43 +305,26 @@ def do_finish_message(
     usage_estimated: bool,
     ttft_ms: int | None,
 ) -> Message | None:
-    now = timezone.now()
-    updated = Message.objects.filter(mid=mid).update(
-        text=text,
-        html=html,
-        status=status,
-        # PostgreSQL text cannot hold NUL; an upstream's error text is not ours to trust.
-        error=error.replace("\x00", "")[:300],
-        chunk_count=chunk_count,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        usage_estimated=usage_estimated,
-        ttft_ms=ttft_ms,
-        lease_until=None,
-        finished_at=now,
+    """Save a finished answer and return it as saved, for its final frame and `done` (None:
+    the conversation was deleted while the answer streamed). One statement, written out
+    (chat.turn_rows.finish_answer): the ORM's update compiled per turn and a second statement
+    reading the row back took more than the write (docs/decisions/performance.md, issue 18)."""
+    return turn_rows.finish_answer(
+        connections[DEFAULT_DB_ALIAS],
+        mid,
+        {
+            "text": text,
+            "html": html,
+            "status": status,
+            # PostgreSQL text cannot hold NUL; an upstream's error text is not ours to trust.
+            "error": error.replace("\x00", "")[:300],
+            "chunk_count": chunk_count,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "usage_estimated": usage_estimated,
+            "ttft_ms": ttft_ms,
+        },
     )
-    if not updated:
-        return None  # the conversation was deleted while the answer streamed
-    # Read back for its final frame, which needs only the message's own columns; written out
-    # (with the ORM's converters, through raw()): compiling a `select_related().get()` took
-    # five times what the statement takes (docs/decisions/performance.md, issue 18).
-    # None: deleted between the two (as when the UPDATE found nothing).
-    return next(iter(Message.objects.raw(_message_by_mid_sql(), [mid])), None)
-
-
-_MESSAGE_BY_MID: dict[str, str] = {}
-
-
-def _message_by_mid_sql() -> str:
-    sql = _MESSAGE_BY_MID.get(connection.vendor)
-    if sql is None:
-        q = connection.ops.quote_name
-        meta = Message._meta
-        columns = ", ".join(q(field.column or field.name) for field in meta.concrete_fields)
-        sql = _MESSAGE_BY_MID[connection.vendor] = (
-            f"SELECT {columns} FROM {q(meta.db_table)} WHERE {q('mid')} = %s"
-        )
-    return sql
 
 
 def orphans() -> QuerySet[Message]:

@@ -8,7 +8,7 @@ import json
 from django.template.loader import render_to_string
 
 from chat import protocol
-from chat.branches import entry_for
+from chat.branches import ThreadEntry, entry_for, rendered_html
 from chat.conversations import Exchange
 from chat.models import Conversation, Message
 from chat.rendering import render_markdown
@@ -108,15 +108,21 @@ def answer_html(text: str) -> str:
     return render_markdown(text) if text else ""
 
 
-def final_html(message: Message, *, blocks: int | None = None) -> str:
+def final_html(message: Message, *, blocks: int | None = None, only_version: bool = False) -> str:
     """A finished answer's HTML frame, replacing the streamed text: its stored HTML.
 
     It carries its place among its versions, so the "2 / 3" arrows stay on it. `blocks`: the
     HTML is exactly the answer's `block` frames joined, this many (the body says so in
     `data-blocks`, and a tab that shows those blocks keeps its body as it is). Runs a query
-    (the versions): call it on the ORM thread (database_sync_to_async).
+    (the versions): call it on the ORM thread (database_sync_to_async). `only_version`: the
+    caller knows the answer has no other version (the answer of a prompt its turn asked, which
+    no regeneration can fork while it streams), so no query asks.
     """
-    entry = entry_for(message, render=True)
+    if only_version:
+        # Its HTML as stored; rendered (and stored: a query) only if its rendering failed.
+        entry = ThreadEntry(message, 1, 1, "", "", rendered_html(message))
+    else:
+        entry = entry_for(message, render=True)
     return render_to_string(
         "chat/frames/final.html",
         {"message": message, "entry": entry, "rendered": entry.rendered, "blocks": blocks},

@@ -1,6 +1,7 @@
-"""The rows a turn's start writes and reads, as hand-written SQL (chat.conversations'
-`do_start_exchange` calls them inside its transaction): the conversation with the user's custom
-instructions, the prompt and answer inserts, the leaf update."""
+"""The rows a turn's start and end write and read, as hand-written SQL (chat.conversations'
+`do_start_exchange` calls them inside its transaction, `do_finish_message` at the end): the
+conversation with the user's custom instructions, the prompt and answer inserts, the leaf
+update, the finished answer's row."""
 
 from __future__ import annotations
 
@@ -241,3 +242,52 @@ def _column(field: Any) -> str:
     if not isinstance(column, str):
         raise TypeError(f"{field} has no column")
     return column
+
+
+# What a turn's end writes on its answer's row (with `lease_until` NULL and `finished_at` now).
+_FINISHED = (
+    "text",
+    "html",
+    "status",
+    "error",
+    "chunk_count",
+    "prompt_tokens",
+    "completion_tokens",
+    "usage_estimated",
+    "ttft_ms",
+)
+
+
+def finish_answer(db: BaseDatabaseWrapper, mid: str, values: dict[str, Any]) -> Message | None:
+    """Write a finished answer's row (`values`: each of _FINISHED, as stored) and read it back
+    whole for its final frame and `done`: one UPDATE … RETURNING where the database can return
+    columns (PostgreSQL; SQLite from 3.35, as for an INSERT's), else an UPDATE then a SELECT.
+    None when no row has that mid (the conversation was deleted while the answer streamed)."""
+    meta = Message._meta
+    now = timezone.now()
+    params = [values[name] for name in _FINISHED]
+    params += [None, db.ops.adapt_datetimefield_value(now), mid]
+    returning = db.features.can_return_columns_from_insert
+
+    def build(q: Callable[[str], str]) -> str:
+        sets = ", ".join(
+            f"{q(_column(meta.get_field(name)))} = %s"
+            for name in (*_FINISHED, "lease_until", "finished_at")
+        )
+        sql = f"UPDATE {q(meta.db_table)} SET {sets} WHERE {q('mid')} = %s"
+        if not returning:
+            return sql
+        return f"{sql} RETURNING {', '.join(q(_column(f)) for f in meta.concrete_fields)}"
+
+    with db.cursor() as cursor:
+        cursor.execute(_sql(db, "finish" if returning else "finish, no returning", build), params)
+        if returning:
+            row = cursor.fetchone()
+        elif cursor.rowcount:
+            columns = ", ".join(db.ops.quote_name(_column(f)) for f in meta.concrete_fields)
+            table, key = db.ops.quote_name(meta.db_table), db.ops.quote_name("mid")
+            cursor.execute(f"SELECT {columns} FROM {table} WHERE {key} = %s", [mid])
+            row = cursor.fetchone()  # None: deleted between the two
+        else:
+            row = None
+    return None if row is None else _from_db(db, Message, row)

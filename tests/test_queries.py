@@ -196,20 +196,24 @@ def test_finishing_a_turn_is_a_fixed_number_of_statements(owner: Any) -> None:
         usage_estimated=False,
         ttft_ms=10,
     )
-    first = _count(
-        lambda: _save_answer(exchange.answer.mid, save, usage=(owner.pk, "m", "full", 5, 3))
-    )
-    # Save (UPDATE) and read it back, the day's usage (an UPDATE that finds no row, then an
-    # INSERT in its own transaction the first time of the day), the answer's versions for
-    # its "2 / 3" arrows.
-    assert first == 7, first
+    usage = (owner.pk, "m", "full", 5, 3)
+    first = _count(lambda: _save_answer(exchange.answer.mid, save, usage=usage))
+    # Save (one UPDATE that returns the row), the day's usage (an UPDATE that finds no row,
+    # then an INSERT in its own transaction the first time of the day), the answer's versions
+    # for its "2 / 3" arrows.
+    assert first == 6, first
     exchange = conversations.do_start_exchange(
         owner.pk, str(conversation.id), "again", model="m", tier="full"
     )
-    later = _count(
-        lambda: _save_answer(exchange.answer.mid, save, usage=(owner.pk, "m", "full", 5, 3))
+    later = _count(lambda: _save_answer(exchange.answer.mid, save, usage=usage))
+    assert later == 3, later  # today's usage row exists now: one UPDATE, no transaction
+    # The answer of a prompt its turn asked is its only version (chat/turns/start.py says so):
+    # no versions query. Two statements are a turn's end: its row and its usage.
+    exchange = conversations.do_start_exchange(
+        owner.pk, str(conversation.id), "once more", model="m", tier="full"
     )
-    assert later == 4, later  # today's usage row exists now: one UPDATE, no transaction
+    plain = _count(lambda: _save_answer(exchange.answer.mid, save, usage=usage, only_version=True))
+    assert plain == 2, plain
 
 
 @pytest.mark.django_db

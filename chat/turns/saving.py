@@ -39,6 +39,7 @@ def save_answer(
     *,
     usage: tuple[int, str, str, int, int] | None,
     blocks: int | None = None,
+    only_version: bool = False,
 ) -> tuple[str | None, bool]:
     """Save a finished answer, add its usage to today's row, and make its final frame.
 
@@ -46,8 +47,10 @@ def save_answer(
     through. The answer's HTML comes rendered (off this thread); the frame only places it.
     Each part fails on its own (logged): an answer that could not be saved is marked failed
     with its last checkpoint once its lease runs out; usage that could not be recorded must
-    not lose the answer. Returns the final frame (None when there is nothing to show: the
-    conversation was deleted meanwhile, or the save failed) and whether the answer is gone.
+    not lose the answer. `only_version`: the answer is its prompt's only one (a turn that
+    asked a new prompt), so its frame needs no versions query. Returns the final frame (None
+    when there is nothing to show: the conversation was deleted meanwhile, or the save failed)
+    and whether the answer is gone.
     """
     message: Message | None = None
     gone = False
@@ -64,7 +67,7 @@ def save_answer(
     if message is None:
         return None, gone
     try:
-        return fragments.final_html(message, blocks=blocks), False
+        return fragments.final_html(message, blocks=blocks, only_version=only_version), False
     except Exception:
         log.exception("turn %s could not make its final frame", mid)
         return None, False

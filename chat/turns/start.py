@@ -110,6 +110,7 @@ async def start_turn(
         received=received,
         budget=budget,
         earlier=earlier,
+        only_version=exchange.prompt is not None,
     )
     shell = None
     if reopened is not None:

@@ -78,6 +78,7 @@ class Turn(Feed):
         streaming: Callable[[], int] = lambda: 1,
         received: float | None = None,
         earlier: tuple[list[str], Usage] | None = None,
+        only_version: bool = False,
     ) -> None:
         super().__init__(mid)
         self.conversation_id = conversation_id
@@ -92,6 +93,8 @@ class Turn(Feed):
         self._meter = AnswerMeter(budget) if budget is not None else None
         self.on_end = on_end
         self.streaming = streaming  # turns streaming in this process: coalescing widens
+        # The answer of a prompt this turn asked: no other version, so its end asks for none.
+        self._only_version = only_version
         # Continue starts from the answer's earlier chunks and usage; it saves the whole answer.
         earlier_chunks, self._earlier_usage = earlier or ([], Usage(0, 0, False))
         self.chunks: list[str] = list(earlier_chunks)
@@ -370,6 +373,7 @@ class Turn(Feed):
                     else None
                 ),
                 blocks=blocks,
+                only_version=self._only_version,
             )
         except Exception:
             # The trip itself failed (_save_answer logs its own failures): the tab still gets
