@@ -7,6 +7,8 @@ memory otherwise. The design and its numbers: docs/decisions/rate-limiting.md.
 
 from __future__ import annotations
 
+import asyncio
+import bisect
 import logging
 import time
 import uuid
@@ -40,6 +42,51 @@ from chat.redis_clients import REDIS_DOWN, redis_client
 logger = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 30.0
+
+
+# --- the rate windows in this process's memory (no REDIS_URL) -------------------------------
+
+# How often, at most, the windows kept in memory drop their expired hits (memory only: every
+# check reads the hits' times itself, so when they are dropped changes no verdict).
+MEMORY_EXPIRY_SECONDS = 1.0
+
+
+class LoopMemoryStorage(MemoryStorage):
+    """limits' MemoryStorage, with its clean-up of expired hits done on the loop.
+
+    limits (5.8) starts its clean-up after any hit once the previous one ended, and there hands
+    each key's `bisect` to a worker thread (`asyncio.to_thread`): in a burst of 200 new users,
+    400 thread hops for 200 admissions, each a wake-up of the loop and a fight for the GIL, for
+    a search of at most a window's few hits (docs/decisions/performance.md, thread hops). Here
+    the search runs on the loop, yielding every few hundred keys, at most once a second.
+    """
+
+    _next_expiry = 0.0
+
+    async def _MemoryStorage__schedule_expiry(self) -> None:
+        now = time.monotonic()
+        if (self.timer is None or self.timer.done()) and now >= self._next_expiry:
+            self._next_expiry = now + MEMORY_EXPIRY_SECONDS
+            self.timer = asyncio.create_task(self._expire_on_loop())
+
+    async def _expire_on_loop(self) -> None:
+        now = time.time()
+        for index, key in enumerate(list(self.events)):
+            if index and not index % 256:
+                await asyncio.sleep(0)  # a process with many users' windows: others go first
+            async with self.locks[key]:
+                events = self.events.get(key, [])
+                cutoff = bisect.bisect_left(events, -now, key=lambda event: -event.expiry)
+                if events:
+                    self.events[key] = events[:cutoff]
+                if not self.events.get(key):
+                    self.events.pop(key, None)
+                    self.locks.pop(key, None)
+        for key in list(self.expirations):
+            if self.expirations[key] <= time.time():
+                self.storage.pop(key, None)
+                self.expirations.pop(key, None)
+                self.locks.pop(key, None)
 
 
 # --- the limiter ---------------------------------------------------------------------------
@@ -95,7 +142,7 @@ class Limiter:
             )
             self._backend = RedisBackend(client, self.prefix, lease_seconds)
         else:
-            self._storage = MemoryStorage()
+            self._storage = LoopMemoryStorage()
             self._backend = MemoryBackend(lease_seconds)
         # Moving window: exact ("at most N in any N-second span") and it yields the exact
         # moment a slot frees for retry_after. Why not the sliding-window counter: the doc.

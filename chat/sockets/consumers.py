@@ -9,6 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -86,7 +87,15 @@ class ChatConsumer(AsyncWebsocketConsumer, Outbox):
             self._release()
 
     async def dispatch(self, message: dict[str, Any]) -> None:
-        await super().dispatch(message)
+        # Channels' own dispatch first awaits `aclose_old_connections()`: a trip to the ORM
+        # thread before every frame and every channel-layer event, for Django's async ORM
+        # API, which cleans up no connection itself. Nothing here uses that API: every query
+        # goes through database_sync_to_async, which closes stale connections before and after
+        # each call on that thread (tests/test_thread_hops.py; docs/decisions/performance.md).
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             # asgiref 3.13's SyncToAsync, cancelled mid-thread, waits and returns as if not

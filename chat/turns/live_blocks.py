@@ -155,13 +155,25 @@ class LiveBlocks:
             return []
 
     async def finish(self) -> list[str]:
-        """Wait for the pushed chunks, then render (in a worker thread) and send the rest."""
+        """Wait for the pushed chunks, then render and send the rest (in a worker thread when
+        it may be a lot of work)."""
         if self._worker is not None:
             with contextlib.suppress(Exception):  # _work cannot raise; be sure anyway
                 await self._worker
-        frames = await sync_to_async(self.finish_now, thread_sensitive=False)()
+        if self._finishes_inline():
+            frames = self.finish_now()  # a small last block: cheaper than the thread hop
+        else:
+            frames = await sync_to_async(self.finish_now, thread_sensitive=False)()
         self._sent(frames)
         return frames
+
+    def _finishes_inline(self) -> bool:
+        """May `finish_now` run on the event loop? Its work is the open tail's render, so the
+        rule of `inline`: at most INLINE_MAX_CHARS of it, and no math."""
+        renderer = self._renderer
+        if renderer is None:
+            return True
+        return renderer.open_chars <= INLINE_MAX_CHARS and not renderer.open_text_has(*MATH_MARKS)
 
     @property
     def final_html(self) -> str | None:
