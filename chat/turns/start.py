@@ -13,7 +13,7 @@ from django.conf import settings
 
 from chat import conversations, fragments, sessions
 from chat.limits.budget import Fitted, answer_cap, answer_share, fit, prompt_tokens
-from chat.limits.plans import limits_for
+from chat.limits.plans import UserLimits, limits_for
 from chat.protocol import Continue, Prompt, Regenerate, TurnFrame
 from chat.tiers.picker import pick
 from chat.tiers.policy import TierDecision, aload_policy, lite_only
@@ -61,8 +61,10 @@ async def start_turn(
     `received` is when the frame arrived (the loop's clock), for the turn's added TTFT.
     """
     try:
-        # The plan, not the device, has the last word on the full model (issue 13.10).
-        tier = await tier_within_plan(tier, user_id)
+        # The plan, not the device, has the last word on the full model (issue 13.10): by
+        # the limits the admission resolved, so no second trip to the ORM thread when the
+        # cache ran out meanwhile (a burst's queue there is seconds long).
+        tier = await tier_within_plan(tier, user_id, getattr(admission, "limits", None))
         picked = _picked(frame, tier)
         # One trip to the ORM thread: the session re-check, the exchange (and a fork's HTML).
         begun = await database_sync_to_async(_begin_exchange)(
@@ -162,14 +164,18 @@ async def _continuation_shell(turn: Turn, reopened: Reopened) -> tuple[str, dict
     return html, shell_for_watchers(next_seq, placed, opened)
 
 
-async def tier_within_plan(tier: TierDecision, user_id: int) -> TierDecision:
+async def tier_within_plan(
+    tier: TierDecision, user_id: int, limits: UserLimits | None = None
+) -> TierDecision:
     """The tier a user's turn may have: the device's, unless their plan forbids the full model
     (Plan.full_model_allowed off), then lite whatever the device said. The limits are those
-    the admission just resolved (cached 2 s, dropped when an admin edits a plan).
+    the admission resolved (`limits`), else the user's (cached 2 s, dropped when an admin
+    edits a plan).
 
     Checked for lite sockets too: a phone may pick the full tier's model where an admin lists
     it as a pickable model, and a plan switched off under its open socket must take it away."""
-    limits = await limits_for(user_id)
+    if limits is None:
+        limits = await limits_for(user_id)
     if limits.full_model:
         return tier
     return lite_only(tier, await aload_policy())
