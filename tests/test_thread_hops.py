@@ -39,8 +39,10 @@ from typing import Any
 import pytest
 from asgiref.sync import SyncToAsync
 from channels.db import DatabaseSyncToAsync
+from limits import parse
+from limits.aio.strategies import MovingWindowRateLimiter
 
-from chat.limits import plans
+from chat.limits import limiter, plans
 from chat.turns.registry import registry
 from tests.conftest import receive_until_done
 
@@ -186,11 +188,6 @@ async def test_the_memory_limiter_still_drops_expired_hits_without_a_thread(
 ) -> None:
     """Its clean-up moved onto the loop: windows whose hits have all expired still go (memory
     stays bounded), and no executor is used for it."""
-    from limits import parse
-    from limits.aio.strategies import MovingWindowRateLimiter
-
-    from chat.limits import limiter
-
     monkeypatch.setattr(limiter, "MEMORY_EXPIRY_SECONDS", 0.0)
     storage = limiter.LoopMemoryStorage()
     window = MovingWindowRateLimiter(storage)
