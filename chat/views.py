@@ -10,6 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.crypto import salted_hmac
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget, trigger_client_event
@@ -111,6 +112,8 @@ def _page(request: HttpRequest, conversation: Conversation | None) -> HttpRespon
             "demo_model": _answers_with_the_demo_model(getattr(request, "tier", None)),
             "tokens_left": _tokens_left(int(request.user.pk or 0)),
             **_model_choices(request, conversation),
+            # Whose the tab's stored drafts are (drafts.js): opaque, one per user.
+            "storage_owner": salted_hmac("chatsite.drafts", str(request.user.pk)).hexdigest()[:16],
         },
     )
 

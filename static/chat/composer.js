@@ -49,7 +49,7 @@ export function start() {
   promptEl.addEventListener("input", autosize);
   promptEl.addEventListener("input", keepDraft);
   // An unsent draft survives a reload (sessionStorage: this tab's, never the server's).
-  restoreText(loadDraft(sessionStorage, conversationId()));
+  restoreText(loadDraft(sessionStorage, storageOwner(), conversationId()));
   watchHeight();
   // The box gets narrower while Stop shows beside it, and wider once Stop is gone (the window
   // and the compact layout change it too): its height follows its text at the new width, so
@@ -145,7 +145,9 @@ export function accept() {
     autosize();
   }
   // Sent: the draft goes (a new chat's is now its conversation's, under its new id).
-  if (awaiting.fromBox !== undefined) saveDraft(sessionStorage, awaiting.conversation, "");
+  if (awaiting.fromBox !== undefined) {
+    saveDraft(sessionStorage, storageOwner(), awaiting.conversation, "");
+  }
   keepDraft();
   awaiting = null;
   clearAlert();
@@ -203,6 +205,11 @@ export function conversationId() {
   return input ? input.value : "";
 }
 
+/** Whose this page's stored drafts are: an opaque value per user (drafts.js). */
+export function storageOwner() {
+  return document.getElementById("main")?.dataset.storageOwner ?? "";
+}
+
 /** What the prompt box holds now (sent or not). */
 export function boxText() {
   return promptEl.value;
@@ -219,7 +226,7 @@ export function restoreText(text) {
 /** The box's text is this conversation's draft; not while it holds an earlier prompt to edit
  * (the draft from before the edit is kept, and comes back after it). */
 function keepDraft() {
-  if (!editing) saveDraft(sessionStorage, conversationId(), promptEl.value);
+  if (!editing) saveDraft(sessionStorage, storageOwner(), conversationId(), promptEl.value);
 }
 
 export function isEditing() {

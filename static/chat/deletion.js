@@ -2,8 +2,12 @@
 // what this page does about it, the words it shows, and what it carries across the reload to
 // the new chat. Pure (no DOM; storage is passed in): stream.js acts, tests/js checks.
 
+import { ownedKey } from "./drafts.js";
+
 /** The sessionStorage key that carries the box's text and the notice across the reload. */
-export const HANDOFF_KEY = "chatsite.deleted-elsewhere";
+export function handoffKey(owner) {
+  return ownedKey(owner, "deleted-elsewhere");
+}
 
 /**
  * What the page does when told that `deleted` is gone.
@@ -32,11 +36,13 @@ export function deletedNotice(title, kept) {
 /**
  * Keep what the page had (its title and the box's text) for the new chat that replaces it.
  * @param {Storage} storage sessionStorage: this tab only, and it survives the reload
+ * @param {string} owner the page's `data-storage-owner` (drafts.js)
  * @param {{title: string, text: string}} what
  */
-export function handOff(storage, { title, text }) {
+export function handOff(storage, owner, { title, text }) {
   try {
-    storage.setItem(HANDOFF_KEY, JSON.stringify({ title: String(title), text: String(text) }));
+    const what = { title: String(title), text: String(text) };
+    storage.setItem(handoffKey(owner), JSON.stringify(what));
   } catch {
     // Storage full or refused: the new chat still shows, without the text or the notice.
   }
@@ -45,13 +51,14 @@ export function handOff(storage, { title, text }) {
 /**
  * What a page handed over before it became this new chat (once: it is removed), or null.
  * @param {Storage} storage
+ * @param {string} owner
  * @returns {{title: string, text: string} | null}
  */
-export function takeHandoff(storage) {
+export function takeHandoff(storage, owner) {
   let raw = null;
   try {
-    raw = storage.getItem(HANDOFF_KEY);
-    storage.removeItem(HANDOFF_KEY);
+    raw = storage.getItem(handoffKey(owner));
+    storage.removeItem(handoffKey(owner));
   } catch {
     return null;
   }

@@ -5,9 +5,15 @@
 // server stores it for a conversation that exists (`POST /c/<id>/model/`), and a new chat's
 // pick waits in this tab's session storage until its first prompt creates the conversation
 // (which then stores it). A reload or a later visit shows the pick (docs/protocol.md).
+import { ownedKey } from "./drafts.js";
+
 const pickerEl = document.getElementById("model-picker");
 let lastDefault = pickerEl ? pickerEl.options[0]?.value ?? null : null;
-const NEW_CHAT_PICK = "chat:new-chat-model";
+// Kept under the page's owner like the drafts: stream.js drops an earlier user's on load.
+const NEW_CHAT_PICK = ownedKey(
+  document.getElementById("main")?.dataset.storageOwner ?? "",
+  "new-chat-model",
+);
 
 /** The model picked for the next prompt ("" when the page has no picker). */
 export function selectedModel() {

@@ -6,7 +6,7 @@ import * as answers from "./answers.js";
 import * as composer from "./composer.js";
 import * as copy from "./copy.js";
 import { deletedNotice, deletionOutcome, handOff, takeHandoff } from "./deletion.js";
-import { clearDrafts, saveDraft } from "./drafts.js";
+import { forgetAll, forgetOthers, saveDraft } from "./drafts.js";
 import * as earlier from "./earlier.js";
 import { continuedAnswer } from "./frames.js";
 import { escapeAction, isNewChatShortcut } from "./keys.js";
@@ -96,14 +96,15 @@ function onDeleted(id) {
   const title = sidebar.titleOf(id) || document.getElementById("chat-title")?.textContent || "";
   sidebar.dropConversation(id);
   if (outcome !== "reset") return;
-  handOff(sessionStorage, { title: title.trim(), text: composer.boxText() });
-  saveDraft(sessionStorage, id, ""); // its draft moves to the new chat
+  const owner = composer.storageOwner();
+  handOff(sessionStorage, owner, { title: title.trim(), text: composer.boxText() });
+  saveDraft(sessionStorage, owner, id, ""); // its draft moves to the new chat
   location.replace("/");
 }
 
 /** The page that was here before showed a conversation deleted elsewhere: say so. */
 function showHandoff() {
-  const handed = takeHandoff(sessionStorage);
+  const handed = takeHandoff(sessionStorage, composer.storageOwner());
   if (!handed) return;
   composer.restoreText(handed.text);
   alerts.showAlert(deletedNotice(handed.title, Boolean(handed.text)), 0, "conversation_deleted");
@@ -191,8 +192,11 @@ document.addEventListener("keydown", (event) => {
 document.addEventListener("htmx:oobBeforeSwap", answers.onOobBeforeSwap);
 document.getElementById("logout").addEventListener("submit", () => {
   socket.leave();
-  clearDrafts(sessionStorage); // the next person on this tab must not find them
+  forgetAll(sessionStorage); // the next person on this tab must not find them
 });
+// A tab outlives a login (a Log out in another tab, an expired session): what an earlier user
+// of this tab kept goes before anything is restored (docs/security.md).
+forgetOthers(sessionStorage, composer.storageOwner());
 alerts.onDismiss(composer.returnFocusToPrompt);
 scroll.start();
 composer.start();

@@ -7,12 +7,15 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
 import {
-  HANDOFF_KEY,
   deletedNotice,
   deletionOutcome,
   handOff,
+  handoffKey,
   takeHandoff,
 } from "../../static/chat/deletion.js";
+
+const OWNER = "0123456789abcdef";
+const HANDOFF_KEY = handoffKey(OWNER);
 
 /** A Storage as sessionStorage behaves (strings in, strings out), in memory. */
 class MemoryStorage {
@@ -72,22 +75,32 @@ describe("deletedNotice", () => {
 describe("handOff and takeHandoff", () => {
   test("what one page hands over, the next takes once", () => {
     const storage = new MemoryStorage();
-    handOff(storage, { title: "Trip plans", text: "and the train?\nline two" });
-    assert.deepEqual(takeHandoff(storage), { title: "Trip plans", text: "and the train?\nline two" });
-    assert.equal(takeHandoff(storage), null); // a later reload shows no notice
+    handOff(storage, OWNER, { title: "Trip plans", text: "and the train?\nline two" });
+    assert.deepEqual(takeHandoff(storage, OWNER), {
+      title: "Trip plans",
+      text: "and the train?\nline two",
+    });
+    assert.equal(takeHandoff(storage, OWNER), null); // a later reload shows no notice
     assert.equal(storage.getItem(HANDOFF_KEY), null);
   });
 
   test("nothing handed over is nothing taken", () => {
-    assert.equal(takeHandoff(new MemoryStorage()), null);
+    assert.equal(takeHandoff(new MemoryStorage(), OWNER), null);
+  });
+
+  test("what one user handed over, another user of the tab never takes", () => {
+    const storage = new MemoryStorage();
+    handOff(storage, OWNER, { title: "Alice's", text: "private" });
+    assert.equal(takeHandoff(storage, "fedcba9876543210"), null);
+    assert.match(HANDOFF_KEY, /^chatsite\.0123456789abcdef\./);
   });
 
   test("something else under the key is dropped, not shown", () => {
     const storage = new MemoryStorage();
     storage.setItem(HANDOFF_KEY, "not json");
-    assert.equal(takeHandoff(storage), null);
+    assert.equal(takeHandoff(storage, OWNER), null);
     storage.setItem(HANDOFF_KEY, JSON.stringify({ title: 3, text: ["x"] }));
-    assert.deepEqual(takeHandoff(storage), { title: "", text: "" });
+    assert.deepEqual(takeHandoff(storage, OWNER), { title: "", text: "" });
   });
 
   test("a storage that refuses loses the notice, not the page", () => {
@@ -102,7 +115,7 @@ describe("handOff and takeHandoff", () => {
         throw new Error("SecurityError");
       },
     };
-    assert.doesNotThrow(() => handOff(refusing, { title: "t", text: "x" }));
-    assert.equal(takeHandoff(refusing), null);
+    assert.doesNotThrow(() => handOff(refusing, OWNER, { title: "t", text: "x" }));
+    assert.equal(takeHandoff(refusing, OWNER), null);
   });
 });

@@ -1,12 +1,23 @@
 // Tests for static/chat/drafts.js: the prompt box's unsent drafts, one per conversation and one
-// for the new chat, kept in the tab's storage.
+// for the new chat, kept in the tab's storage under their owner, and forgotten when the tab
+// changes hands.
 //
 // Run with `node --test tests/js/` (node 20, no npm packages).
 
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
-import { clearDrafts, draftKey, loadDraft, saveDraft } from "../../static/chat/drafts.js";
+import {
+  draftKey,
+  forgetAll,
+  forgetOthers,
+  loadDraft,
+  ownedKey,
+  saveDraft,
+} from "../../static/chat/drafts.js";
+
+const ALICE = "a11ce0000000000a";
+const BOB = "b0b0000000000b0b";
 
 /** A Storage as sessionStorage behaves (strings in, strings out, `length` and `key`). */
 class MemoryStorage {
@@ -33,36 +44,77 @@ class MemoryStorage {
 describe("drafts", () => {
   test("each conversation has its own draft, and the new chat one too", () => {
     const storage = new MemoryStorage();
-    saveDraft(storage, "c1", "about the first");
-    saveDraft(storage, "", "a new question");
-    assert.equal(loadDraft(storage, "c1"), "about the first");
-    assert.equal(loadDraft(storage, ""), "a new question");
-    assert.equal(loadDraft(storage, "c2"), "");
-    assert.notEqual(draftKey(""), draftKey("c1"));
+    saveDraft(storage, ALICE, "c1", "about the first");
+    saveDraft(storage, ALICE, "", "a new question");
+    assert.equal(loadDraft(storage, ALICE, "c1"), "about the first");
+    assert.equal(loadDraft(storage, ALICE, ""), "a new question");
+    assert.equal(loadDraft(storage, ALICE, "c2"), "");
+    assert.notEqual(draftKey(ALICE, ""), draftKey(ALICE, "c1"));
   });
 
   test("a draft is kept exactly as typed, new lines and spaces included", () => {
     const storage = new MemoryStorage();
-    saveDraft(storage, "c1", "  line one\n\nline three  ");
-    assert.equal(loadDraft(storage, "c1"), "  line one\n\nline three  ");
+    saveDraft(storage, ALICE, "c1", "  line one\n\nline three  ");
+    assert.equal(loadDraft(storage, ALICE, "c1"), "  line one\n\nline three  ");
   });
 
   test("an emptied box forgets the draft", () => {
     const storage = new MemoryStorage();
-    saveDraft(storage, "c1", "sent soon");
-    saveDraft(storage, "c1", "");
-    assert.equal(loadDraft(storage, "c1"), "");
+    saveDraft(storage, ALICE, "c1", "sent soon");
+    saveDraft(storage, ALICE, "c1", "");
+    assert.equal(loadDraft(storage, ALICE, "c1"), "");
     assert.equal(storage.length, 0);
   });
 
-  test("clearDrafts forgets every draft and nothing else", () => {
+  test("forgetAll forgets everything the page keeps, whoever's, and nothing else", () => {
     const storage = new MemoryStorage();
-    saveDraft(storage, "c1", "one");
-    saveDraft(storage, "c2", "two");
-    saveDraft(storage, "", "three");
+    saveDraft(storage, ALICE, "c1", "one");
+    saveDraft(storage, ALICE, "", "three");
+    saveDraft(storage, BOB, "c2", "two");
+    storage.setItem(ownedKey(ALICE, "deleted-elsewhere"), "{}");
     storage.setItem("something.else", "kept");
-    clearDrafts(storage);
+    forgetAll(storage);
     assert.deepEqual([...storage.items.keys()], ["something.else"]);
+  });
+
+  test("a draft is its owner's: another user of the tab neither sees nor keeps it", () => {
+    const storage = new MemoryStorage();
+    saveDraft(storage, ALICE, "", "ALICE PRIVATE DRAFT");
+    assert.equal(loadDraft(storage, BOB, ""), "");
+    assert.notEqual(draftKey(ALICE, ""), draftKey(BOB, ""));
+    assert.ok(draftKey(ALICE, "c1").startsWith(`chatsite.${ALICE}.`));
+  });
+
+  test("forgetOthers keeps the owner's entries and drops every other chatsite one", () => {
+    const storage = new MemoryStorage();
+    saveDraft(storage, ALICE, "", "ALICE PRIVATE DRAFT");
+    saveDraft(storage, ALICE, "c1", "alice on c1");
+    storage.setItem(ownedKey(ALICE, "deleted-elsewhere"), '{"title":"t","text":"alice"}');
+    storage.setItem(ownedKey(ALICE, "new-chat-model"), "big");
+    saveDraft(storage, BOB, "c9", "bob's own");
+    storage.setItem(ownedKey(BOB, "new-chat-model"), "small");
+    // Keys of the shape before owners (a tab open across the upgrade) are nobody's.
+    storage.setItem("chatsite.draft.new", "old shape");
+    storage.setItem("chatsite.deleted-elsewhere", "{}");
+    // An owner that begins like another's is not that owner.
+    storage.setItem(`chatsite.${BOB}0.draft.new`, "a longer owner");
+    storage.setItem("something.else", "not the page's");
+    forgetOthers(storage, BOB);
+    assert.deepEqual(
+      [...storage.items.keys()].sort(),
+      [draftKey(BOB, "c9"), ownedKey(BOB, "new-chat-model"), "something.else"].sort(),
+    );
+    assert.equal(loadDraft(storage, BOB, "c9"), "bob's own");
+    forgetOthers(storage, BOB); // again: nothing more goes
+    assert.equal(storage.length, 3);
+  });
+
+  test("a page without an owner keeps nothing of anyone's", () => {
+    const storage = new MemoryStorage();
+    saveDraft(storage, ALICE, "", "ALICE PRIVATE DRAFT");
+    saveDraft(storage, "", "", "nobody's");
+    forgetOthers(storage, "");
+    assert.equal(storage.length, 0);
   });
 
   test("a storage that refuses loses the draft, never the page", () => {
@@ -81,9 +133,10 @@ describe("drafts", () => {
         throw new Error("SecurityError");
       },
     };
-    assert.doesNotThrow(() => saveDraft(refusing, "c1", "text"));
-    assert.doesNotThrow(() => saveDraft(refusing, "c1", ""));
-    assert.equal(loadDraft(refusing, "c1"), "");
-    assert.doesNotThrow(() => clearDrafts(refusing));
+    assert.doesNotThrow(() => saveDraft(refusing, ALICE, "c1", "text"));
+    assert.doesNotThrow(() => saveDraft(refusing, ALICE, "c1", ""));
+    assert.equal(loadDraft(refusing, ALICE, "c1"), "");
+    assert.doesNotThrow(() => forgetAll(refusing));
+    assert.doesNotThrow(() => forgetOthers(refusing, ALICE));
   });
 });
