@@ -80,6 +80,20 @@ def _sidebar(request: HttpRequest, current: str) -> dict[str, object]:
     }
 
 
+def not_found(
+    request: HttpRequest, exception: Exception | None = None, *, conversation: bool = False
+) -> HttpResponse:
+    """404 in the app's own page, with the way back (handler404; and a conversation's link)."""
+    if conversation:
+        heading = "This conversation is not here"
+        message = "It may have been deleted, or the link belongs to another account."
+    else:
+        heading = "Page not found"
+        message = "There is nothing at this address."
+    context = {"heading": heading, "message": message}
+    return render(request, "chat/not_found.html", context, status=404)
+
+
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """400: what was wrong, in words, where the person will see it (htmx: the alert region)."""
     message = (
@@ -155,7 +169,11 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
-    conv = get_object_or_404(Conversation, id=conversation_id, user=request.user)
+    conv = Conversation.objects.filter(id=conversation_id, user=request.user).first()
+    if conv is None:
+        # A stale link or bookmark (deleted, or another account's): the app's own page, also
+        # under DEBUG, whose technical 404 a new user met after `make run`.
+        return not_found(request, None, conversation=True)
     return _page(request, conv)
 
 
