@@ -65,7 +65,8 @@ def session_cookie(client: Client) -> list[tuple[bytes, bytes]]:
 async def test_a_socket_without_a_session_or_with_a_forged_one_is_refused(connect: Any) -> None:
     assert not (await connect(None, expect_ready=False)).connected
     forged = [(b"cookie", b"sessionid=" + secrets.token_hex(16).encode())]
-    assert not (await connect(None, extra_headers=forged, expect_ready=False)).connected
+    # A cookie without a session (forged, expired) is told so: its tab goes to the login form.
+    await expect_logged_out(await connect(None, extra_headers=forged, expect_ready=False))
 
 
 async def test_logging_out_closes_every_open_socket_of_that_session_within_seconds(
@@ -107,8 +108,8 @@ async def test_a_user_deactivated_in_the_admin_loses_their_open_sockets(
 
     await database_sync_to_async(deactivate)()
     await expect_logged_out(comm)
-    # A new socket with the same session is refused: the user is inactive.
-    assert not (await connect(owner, expect_ready=False)).connected
+    # A new socket with the same session is told it is logged out: the user is inactive.
+    await expect_logged_out(await connect(owner, expect_ready=False))
     assert demo_stats(counting_upstream)["started"] == started
 
 

@@ -17,8 +17,9 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from chat.socket_caps import LOOKUPS_IN_FLIGHT, LOOKUPS_PER_ADDRESS, stranger_key
 from tests.conftest import session_key_for
 from tests.servers import running_chatsite, signup
 
@@ -46,7 +47,9 @@ def session_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 async def handshake(cookie: str | None, address: str) -> tuple[bool, int | None]:
-    """One handshake on the real ASGI app from `address`; (accepted, close code)."""
+    """One handshake on the real ASGI app from `address`: (accepted, close code). Accepted to
+    be told it is logged out: (True, 4401) after an `unauthenticated` error; a user's socket:
+    (True, None)."""
     from chatsite.asgi import application
 
     headers = [(b"host", b"127.0.0.1:8000"), (b"origin", b"http://127.0.0.1:8000")]
@@ -55,9 +58,16 @@ async def handshake(cookie: str | None, address: str) -> tuple[bool, int | None]
     comm = WebsocketCommunicator(application, "/ws/chat/", headers=headers)
     comm.scope["client"] = (address, 40000)
     connected, code = await comm.connect(timeout=10)
-    if connected:
+    if not connected:
+        return False, code
+    frame = json.loads(await comm.receive_from(timeout=10))
+    if frame["type"] == "ready":
         await comm.disconnect()
-    return connected, code
+        return True, None
+    assert frame["type"] == "error" and frame["code"] == "unauthenticated", frame
+    closed = await comm.receive_output(timeout=10)
+    assert closed["type"] == "websocket.close"
+    return True, closed["code"]
 
 
 async def test_a_handshake_without_a_session_cookie_is_refused_without_a_lookup(
@@ -75,9 +85,10 @@ async def test_an_address_sending_invalid_sessions_in_a_loop_is_refused_before_t
     settings.CHAT_STRANGER_SOCKET_RATE = "3/minute"
     valid = "sessionid=" + await database_sync_to_async(session_key_for)(owner)
     attacker, neighbour = "198.51.100.7", "198.51.100.8"
-    for _ in range(3):  # forged, expired or logged-out sessions: each costs one lookup
+    for _ in range(3):  # forged, expired or logged-out sessions: each costs one lookup, and
+        # is told so (4401: the page goes to the login form instead of reconnecting forever)
         forged = "sessionid=" + secrets.token_hex(16)
-        assert await handshake(forged, attacker) == (False, CLOSE_UNAUTHENTICATED)
+        assert await handshake(forged, attacker) == (True, CLOSE_UNAUTHENTICATED)
     assert len(session_lookups) == 3
     # Over the rate: this address's handshakes are refused before any lookup, even with a
     # valid session (one address, many strangers: the trade-off docs/security.md names).
@@ -89,7 +100,7 @@ async def test_an_address_sending_invalid_sessions_in_a_loop_is_refused_before_t
     assert len(session_lookups) == 3
     # Another address, and valid sessions are never counted: the user connects as before.
     for _ in range(5):
-        assert (await handshake(valid, neighbour))[0] is True
+        assert await handshake(valid, neighbour) == (True, None)
     assert len(session_lookups) == 8
 
 
@@ -103,17 +114,23 @@ async def test_over_a_real_socket_strangers_get_refused_handshakes_and_a_neighbo
         url = f"ws://{base.removeprefix('http://')}/ws/chat/"
         client = signup(base, "neighbour")
         user = {"Cookie": f"sessionid={client.cookies['sessionid']}"}
-        statuses = []
-        for cookie in [None] + ["sessionid=" + secrets.token_hex(16) for _ in range(4)]:
-            headers = {"Cookie": cookie} if cookie else {}
-            with pytest.raises(InvalidStatus) as refused:
+        with pytest.raises(InvalidStatus) as refused:  # no cookie: 403 at once
+            async with ws_connect(url, origin=base):  # type: ignore[arg-type]
+                pass
+        assert refused.value.response.status_code == 403
+        for _ in range(2):  # a cookie without a session: told so (4401), and counted
+            forged = {"Cookie": "sessionid=" + secrets.token_hex(16)}
+            async with ws_connect(url, origin=base, additional_headers=forged) as socket:  # type: ignore[arg-type]
+                frame = json.loads(await asyncio.wait_for(socket.recv(), 10))
+                assert frame["code"] == "unauthenticated"
+                with pytest.raises(ConnectionClosed):
+                    await asyncio.wait_for(socket.recv(), 10)
+                assert socket.close_code == CLOSE_UNAUTHENTICATED
+        for headers in ({"Cookie": "sessionid=" + secrets.token_hex(16)}, user):
+            with pytest.raises(InvalidStatus) as refused:  # over the rate: 403, even the user
                 async with ws_connect(url, origin=base, additional_headers=headers):  # type: ignore[arg-type]
                     pass
-            statuses.append(refused.value.response.status_code)
-        assert statuses == [403] * 5
-        with pytest.raises(InvalidStatus):
-            async with ws_connect(url, origin=base, additional_headers=user):  # type: ignore[arg-type]
-                pass
+            assert refused.value.response.status_code == 403
         async with ws_connect(
             url,
             origin=base,  # type: ignore[arg-type]
@@ -124,3 +141,57 @@ async def test_over_a_real_socket_strangers_get_refused_handshakes_and_a_neighbo
             ready = json.loads(await asyncio.wait_for(socket.recv(), 10))
             assert ready["type"] == "ready"
         client.close()
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+async def test_a_burst_from_one_address_cannot_run_ahead_of_the_count(
+    settings: Any, session_lookups: list[str]
+) -> None:
+    """The hostile review's burst: 400 forged sessions at once got 319 lookups past a rate of
+    30. The lookups of one address now wait their turn, and the rate is checked at it."""
+    settings.CHAT_STRANGER_SOCKET_RATE = "3/minute"
+    results = await asyncio.gather(
+        *(handshake("sessionid=" + secrets.token_hex(16), "192.0.2.9") for _ in range(40))
+    )
+    # The rate (3), plus the rest of the first turn of the address's slots (4 at once).
+    assert LOOKUPS_PER_ADDRESS == 4 and len(session_lookups) <= 3 + 3
+    assert results.count((True, CLOSE_UNAUTHENTICATED)) == len(session_lookups)
+    assert results.count((False, CLOSE_TOO_MANY_SOCKETS)) == 40 - len(session_lookups)
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+async def test_many_addresses_at_once_never_have_more_lookups_in_flight_than_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Strangers from many addresses (a botnet, an IPv6 range) each stay under their rate;
+    their lookups queue at the gate, never on the ORM thread ahead of a turn's start."""
+    import channels.auth
+
+    real = channels.auth.get_user
+    in_flight, most = 0, 0
+
+    async def slow(scope: Any) -> Any:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await asyncio.sleep(0.05)
+            return await real(scope)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(channels.auth, "get_user", slow)
+    results = await asyncio.gather(
+        *(handshake("sessionid=" + secrets.token_hex(16), f"10.0.{i}.1") for i in range(60))
+    )
+    assert results == [(True, CLOSE_UNAUTHENTICATED)] * 60  # all answered, none lost
+    assert most == LOOKUPS_IN_FLIGHT
+
+
+def test_an_ipv6_host_counts_by_its_64_and_ipv4_as_itself() -> None:
+    assert stranger_key("2001:db8:1:2:aaaa::1") == stranger_key("2001:db8:1:2:bbbb::9")
+    assert stranger_key("2001:db8:1:2::1") == "2001:db8:1:2::/64"
+    assert stranger_key("2001:db8:1:3::1") != stranger_key("2001:db8:1:2::1")
+    assert stranger_key("::ffff:198.51.100.7") == "198.51.100.7"
+    assert stranger_key("198.51.100.7") == "198.51.100.7"
+    assert stranger_key("unknown") == "unknown"

@@ -122,6 +122,14 @@ class ChatConsumer(AsyncWebsocketConsumer, Outbox):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
+            # A session cookie with no session behind it (expired, logged out elsewhere,
+            # forged; no cookie at all never gets here: chat/socket_caps.py). Accepted only to
+            # say so with 4401, which sends the page to the login form: refused (HTTP 403) the
+            # tab could not tell, and reconnected forever.
+            await self.accept()
+            await self.send(
+                text_data=protocol.error("unauthenticated", "You are not logged in. Log in again.")
+            )
             await self.close(code=protocol.CLOSE_UNAUTHENTICATED)
             return
         if isinstance(self.refusal, protocol.Refusal):
