@@ -169,7 +169,9 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
-    conv = Conversation.objects.filter(id=conversation_id, user_id=request.user.pk).first()
+    conv = Conversation.objects.filter(
+        id=conversation_id, user_id=int(request.user.pk or 0)
+    ).first()
     if conv is None:
         # A stale link or bookmark (deleted, or another account's): the app's own page, also
         # under DEBUG, whose technical 404 a new user met after `make run`.
