@@ -42,8 +42,8 @@ export function enterKeyHint({ touch }) {
 export function keysHint({ touch }) {
   return touch
     ? {
-        short: "Return: new line · Send button sends",
-        shortEditing: "Return: new line · Save & send sends",
+        short: "Return: new line · tap Send to send",
+        shortEditing: "Return: new line · tap Save & send",
         long: "Return makes a new line; tap Send to send, and Stop to end an answer.",
         editing: "Editing an earlier message — Tap Cancel to stop editing",
       }

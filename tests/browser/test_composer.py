@@ -73,7 +73,7 @@ def test_on_a_phone_return_makes_a_new_line_and_the_send_button_sends(
     box = page.locator("#prompt")
     # The on-screen keyboard's Return key is labelled for a new line, and the page says so.
     expect(box).to_have_attribute("enterkeyhint", "enter")
-    expect(page.locator("#composer-keys")).to_have_text("Return: new line · Send button sends")
+    expect(page.locator("#composer-keys")).to_have_text("Return: new line · tap Send to send")
     expect(page.locator("#empty-state [data-keys-hint]")).to_contain_text(
         "Return makes a new line; tap Send to send"
     )

@@ -58,12 +58,12 @@ describe("keysHint", () => {
   test("each device is told what its own keys do", () => {
     assert.equal(keysHint({ touch: false }).short, "Enter sends · Shift+Enter new line");
     assert.match(keysHint({ touch: false }).long, /Esc stops an answer/);
-    assert.equal(keysHint({ touch: true }).short, "Return: new line · Send button sends");
+    assert.equal(keysHint({ touch: true }).short, "Return: new line · tap Send to send");
     assert.doesNotMatch(keysHint({ touch: true }).long, /Shift\+Enter|Esc|Ctrl/);
   });
 
   test("while editing, the hint under the box names the button as it then reads", () => {
-    assert.match(keysHint({ touch: true }).shortEditing, /Save & send sends$/);
+    assert.match(keysHint({ touch: true }).shortEditing, /tap Save & send$/);
     assert.match(keysHint({ touch: false }).shortEditing, /^Enter saves & sends/);
   });
 
