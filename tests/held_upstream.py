@@ -89,15 +89,28 @@ class HeldAnswers:
         self.port = self._server.sockets[0].getsockname()[1]
         self._started.set()
         self._loop.run_forever()
+        # Stopped: end the connections still open here, on this loop, before it closes. Left
+        # pending, their coroutines were finalised later by the collector, in whatever test
+        # ran then, writing to a closed loop (and, under CPython 3.11, breaking an `ast.parse`
+        # that test was in: tests/test_house.py).
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        self._loop.close()
 
     async def _connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self.upstream)
         exchange = _Exchange()
-        await asyncio.gather(
-            self._requests(reader, up_writer, exchange),
-            self._responses(up_reader, writer, exchange),
-            return_exceptions=True,
-        )
+        # Cancelled only when the proxy stops (`_run`): end quietly, as asyncio's server
+        # callback asks a cancelled connection task for its exception and logs that.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(
+                self._requests(reader, up_writer, exchange),
+                self._responses(up_reader, writer, exchange),
+                return_exceptions=True,
+            )
 
     @staticmethod
     async def _requests(
