@@ -5,22 +5,26 @@ from __future__ import annotations
 
 import ast
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 450
 
 
-def _parse(source: str) -> ast.Module:
-    """`ast.parse` with the garbage collector held off. CPython 3.11 keeps one AST recursion
+@contextmanager
+def _collector_held_off() -> Iterator[None]:
+    """No garbage collection while the block parses. CPython 3.11 keeps one AST recursion
     depth per interpreter (python/cpython#106905): a finaliser that the collector runs in the
     middle of a parse, and that formats a traceback (3.11's carets parse the line with `ast`),
     makes the outer parse fail with "SystemError: AST constructor recursion depth mismatch".
-    It did, in the suite, when an earlier test's leftover coroutine was collected here."""
+    It did, in the suite, when an earlier test's leftover coroutine was collected here. One
+    collection before, not one per file: a collection of a worker's heap costs ~0.2 s."""
     gc.collect()
     gc.disable()
     try:
-        return ast.parse(source)
+        yield
     finally:
         gc.enable()
 
@@ -50,10 +54,11 @@ def test_imports_inside_functions_are_few_and_each_says_why() -> None:
     with a comment right above or on its line saying why."""
     hidden: list[str] = []
     unexplained: list[str] = []
-    for path in _python_modules():
-        source = path.read_text(encoding="utf-8")
-        lines = source.splitlines()
-        for function in ast.walk(_parse(source)):
+    with _collector_held_off():
+        trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in _python_modules()}
+    for path, tree in trees.items():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for function in ast.walk(tree):
             if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
             if function.name == "ready" and path.name == "apps.py":
