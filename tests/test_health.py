@@ -98,11 +98,14 @@ def test_readyz_tells_a_stranger_only_unavailable_and_logs_why() -> None:
     # Here nothing listens at either, and this client (127.0.0.1) is not on the allow-list.
     db_port, redis_port = free_port(), free_port()
     dead_db = f"postgres://chatsite_role@127.0.0.1:{db_port}/secretdb"
+    # Without the pool (DATABASE_POOL=0) the dead database fails at once: the pool's wait is
+    # the test above's, and here it only made the server slow to start and to stop (~20 s).
     with daphne_instance(
         "web1",
         database_url=dead_db,
         REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
         CHAT_METRICS_ALLOW="10.99.0.0/16",
+        DATABASE_POOL="0",
     ) as server:
         ready = httpx.get(f"{server.base}/readyz", timeout=10)
         assert ready.status_code == 503
@@ -120,7 +123,9 @@ def test_readyz_tells_a_stranger_only_unavailable_and_logs_why() -> None:
 
 def test_readyz_gives_the_allow_listed_every_check_and_why() -> None:
     dead_db = f"postgres://postgres@127.0.0.1:{free_port()}/nothing"
-    with running_chatsite(database_url=dead_db, CHAT_METRICS_ALLOW="127.0.0.1") as base:
+    with running_chatsite(
+        database_url=dead_db, CHAT_METRICS_ALLOW="127.0.0.1", DATABASE_POOL="0"
+    ) as base:  # no pool: see the test above
         ready = httpx.get(f"{base}/readyz", timeout=10)
     assert ready.status_code == 503
     assert ready.json()["checks"]["database"]["ok"] is False
