@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from channels.testing import HttpCommunicator
 from django.test import AsyncClient
 
 from chat.ops import shutdown
 from chat.sockets import draining as drain_state
-from tests.servers import free_port, running_chatsite
+from chatsite.asgi import application
+from tests.servers import ROOT, base_env, free_port, running_chatsite
 from tests.test_daphne import daphne_instance
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -129,3 +136,53 @@ def test_readyz_gives_the_allow_listed_every_check_and_why() -> None:
         ready = httpx.get(f"{base}/readyz", timeout=10)
     assert ready.status_code == 503
     assert ready.json()["checks"]["database"]["ok"] is False
+
+
+def test_healthz_answers_at_once_while_the_database_does_not() -> None:
+    # The probes must not wait for the database: an orchestrator restarts a process whose
+    # liveness probe times out. Through Django it did: every request looks up the device tier's policy (a
+    # query on a cache miss), and with PostgreSQL down each query waits out the pool's 10 s,
+    # so /healthz timed out for the first ~11 s and again whenever the cache ran out. The
+    # site answers both probes before Django (chatsite/asgi.py). Each probe here may take 5 s:
+    # under the pool's wait, far over what answering takes on a loaded machine.
+    port = free_port()
+    dead = f"postgres://postgres@127.0.0.1:{free_port()}/nothing"
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port),
+         "chatsite.asgi:application"],
+        cwd=ROOT, env=base_env(DATABASE_URL=dead, PORT=str(port)),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while True:  # listening: the first request starts the start-up work, on the ORM thread
+            assert proc.poll() is None and time.monotonic() < deadline, proc.returncode
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            time.sleep(0.1)
+        for _ in range(5):
+            alive = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+            assert alive.status_code == 200
+            assert alive.json()["status"] == "ok"
+        # Readiness too answers within its checks' 2 s (it took over 10 s through Django).
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+        assert ready.status_code == 503
+        assert ready.json()["checks"]["database"]["ok"] is False  # loopback is allow-listed
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+async def test_healthz_for_a_host_the_site_does_not_serve_is_still_django_s_400(
+    settings: Any,
+) -> None:
+    settings.ALLOWED_HOSTS = ["chat.example"]
+    response = await HttpCommunicator(
+        application, "GET", "/healthz", headers=[(b"host", b"evil.example")]
+    ).get_response(timeout=10)
+    assert response["status"] == 400
+    head = await HttpCommunicator(
+        application, "HEAD", "/healthz", headers=[(b"host", b"chat.example")]
+    ).get_response(timeout=10)
+    assert head["status"] == 200
+    assert head["body"] == b""
