@@ -280,7 +280,9 @@ export function paintNow() {
 // placed over later frames (pace.js). A frame after its blocks (the answer's final HTML, its
 // `done`, the next turn's shell) then waits until they are placed, with every frame after it,
 // in order: placing them all at once before it would be one long task. A hidden page paints
-// nothing, so it never waits, and no frame waits longer than HOLD_MAX_MS.
+// nothing, so it never waits, and no frame waits HOLD_MAX_MS without a block placed: a page
+// that keeps placing them keeps the wait (a slow phone, or a busy machine, can take longer
+// than that over a long answer: a fixed cap then placed the rest in one long task).
 const held = [];
 let holdTimer = 0;
 const HOLD_MAX_MS = 3000;
@@ -311,6 +313,12 @@ function isBehind() {
     if (watch.blocks.length || watch.live?.waiting.has(watch.live.placed)) return true;
   }
   return false;
+}
+
+/** Blocks were placed and more wait: what is held waits HOLD_MAX_MS from now. */
+function holdOn() {
+  clearTimeout(holdTimer);
+  holdTimer = setTimeout(release, HOLD_MAX_MS);
 }
 
 function releaseSoon() {
@@ -387,8 +395,10 @@ function paint(budget, now = performance.now()) {
   }
   dirty.clear();
   for (const watch of behind) queuePaint(watch);
-  if (behind.length) pace.behind(now, chars - room.chars);
-  else if (held.length) releaseSoon();
+  if (behind.length) {
+    pace.behind(now, chars - room.chars);
+    if (held.length) holdOn();
+  } else if (held.length) releaseSoon();
   if (stick) scroll.scrollToBottom();
   else scroll.offerJump();
 }
