@@ -140,11 +140,12 @@ def test_readyz_gives_the_allow_listed_every_check_and_why() -> None:
 
 def test_healthz_answers_at_once_while_the_database_does_not() -> None:
     # The probes must not wait for the database: an orchestrator restarts a process whose
-    # liveness probe times out. Through Django it did: every request looks up the device tier's policy (a
-    # query on a cache miss), and with PostgreSQL down each query waits out the pool's 10 s,
-    # so /healthz timed out for the first ~11 s and again whenever the cache ran out. The
-    # site answers both probes before Django (chatsite/asgi.py). Each probe here may take 5 s:
-    # under the pool's wait, far over what answering takes on a loaded machine.
+    # liveness probe times out. Through Django they did: every request looks up the device
+    # tier's policy (a query on a cache miss), and with PostgreSQL down each query waits out
+    # the pool's 10 s, so /healthz timed out for the first ~11 s and again whenever the
+    # cache ran out. The site answers both probes before Django (chatsite/asgi.py). Each
+    # probe here may take 5 s: under the pool's wait, far over what answering takes on a
+    # loaded machine.
     port = free_port()
     dead = f"postgres://postgres@127.0.0.1:{free_port()}/nothing"
     proc = subprocess.Popen(
