@@ -1,4 +1,4 @@
-"""Process start-up work, once per event loop: mark our interrupted answers, warm the upstream
+"""Process start-up work, once per event loop: mark interrupted answers, warm the upstream
 pool, start the periodic reaper; and closing the loop's services at the end."""
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ async def _start_up() -> None:
     try:
         # Answers this instance owned before a restart cannot still be running.
         reaped = await reaper.reap(instance=settings.CHAT_INSTANCE_ID)
+        # And those of instances that died and whose lease ran out meanwhile: an instance
+        # that takes over from a dead one marks them now, not a lease after its start.
+        reaped += await reaper.reap()
         if reaped:
             log.warning("marked %d interrupted answers as failed", reaped)
     except Exception:
