@@ -59,7 +59,12 @@ class Entry:
             return
         if scope["type"] in ("http", "websocket"):
             ensure_started()
-        if scope["type"] == "http" and scope["path"] in PROBES and self.site_host(scope):
+        if (
+            scope["type"] == "http"
+            and scope["path"] in PROBES
+            and scope["method"] in ("GET", "HEAD")
+            and self.site_host(scope)
+        ):
             await probe_asgi(scope, send)  # before Django: chat/ops/health.py says why
             return
         await self.app(scope, receive, send)

@@ -141,6 +141,15 @@ Connect = Callable[..., Awaitable[WebsocketCommunicator]]
 
 
 @pytest.fixture
+async def closed_services() -> AsyncIterator[None]:
+    """For a test that calls the real ASGI application itself: the services its first request
+    started on the test's loop (the upstream pool, Redis clients) are closed after it, as a
+    shutdown does, not left to be collected unclosed at the interpreter's exit."""
+    yield
+    await close_services()
+
+
+@pytest.fixture
 async def connect() -> AsyncIterator[Connect]:
     """Open sockets on the real ASGI application; every one is closed after the test."""
     from chatsite.asgi import application

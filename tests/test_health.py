@@ -174,6 +174,7 @@ def test_healthz_answers_at_once_while_the_database_does_not() -> None:
         proc.wait(30)
 
 
+@pytest.mark.usefixtures("closed_services")
 async def test_healthz_for_a_host_the_site_does_not_serve_is_still_django_s_400(
     settings: Any,
 ) -> None:
@@ -187,3 +188,15 @@ async def test_healthz_for_a_host_the_site_does_not_serve_is_still_django_s_400(
     ).get_response(timeout=10)
     assert head["status"] == 200
     assert head["body"] == b""
+
+
+@pytest.mark.usefixtures("closed_services")
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+async def test_a_probe_by_another_method_goes_to_django() -> None:
+    """Only GET and HEAD are answered before Django: a POST gets Django's CSRF refusal, as
+    every other POST without a token does."""
+    response = await HttpCommunicator(
+        application, "POST", "/readyz", headers=[(b"host", b"127.0.0.1")]
+    ).get_response(timeout=10)
+    assert response["status"] == 403
+    assert b'"status"' not in response["body"]

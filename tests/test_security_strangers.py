@@ -70,6 +70,7 @@ async def handshake(cookie: str | None, address: str) -> tuple[bool, int | None]
     return True, closed["code"]
 
 
+@pytest.mark.usefixtures("closed_services")
 async def test_a_handshake_without_a_session_cookie_is_refused_without_a_lookup(
     session_lookups: list[str],
 ) -> None:
@@ -78,6 +79,7 @@ async def test_a_handshake_without_a_session_cookie_is_refused_without_a_lookup(
     assert session_lookups == []
 
 
+@pytest.mark.usefixtures("closed_services")
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 async def test_an_address_sending_invalid_sessions_in_a_loop_is_refused_before_the_lookup(
     settings: Any, owner: Any, session_lookups: list[str]
@@ -143,6 +145,7 @@ async def test_over_a_real_socket_strangers_get_refused_handshakes_and_a_neighbo
         client.close()
 
 
+@pytest.mark.usefixtures("closed_services")
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 async def test_a_burst_from_one_address_cannot_run_ahead_of_the_count(
     settings: Any, session_lookups: list[str]
@@ -159,6 +162,7 @@ async def test_a_burst_from_one_address_cannot_run_ahead_of_the_count(
     assert results.count((False, CLOSE_TOO_MANY_SOCKETS)) == 40 - len(session_lookups)
 
 
+@pytest.mark.usefixtures("closed_services")
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 async def test_many_addresses_at_once_never_have_more_lookups_in_flight_than_the_bound(
     monkeypatch: pytest.MonkeyPatch,

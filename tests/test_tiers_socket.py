@@ -12,7 +12,7 @@ from channels.testing import WebsocketCommunicator
 from tests.conftest import session_key_for
 from tests.test_tiers import _read_corpus
 
-pytestmark = pytest.mark.usefixtures("chat_settings")
+pytestmark = pytest.mark.usefixtures("chat_settings", "closed_services")
 
 
 async def ready_for(
