@@ -26,6 +26,7 @@ from chat.protocol import MID_MAX_CHARS, is_text
 from chat.tokens import chars_to_tokens
 
 INTERRUPTED = "The answer was interrupted (the server stopped). You can retry."
+DELETED = "This conversation was deleted, so its answer was stopped."
 
 
 class NotFound(Exception):

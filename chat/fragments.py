@@ -9,6 +9,7 @@ from django.template.loader import render_to_string
 
 from chat import protocol
 from chat.branches import ThreadEntry, entry_for, rendered_html
+from chat.bubbles import Live, esc, message_html
 from chat.conversations import Exchange
 from chat.models import Conversation, Message
 from chat.rendering import render_markdown
@@ -39,24 +40,36 @@ def exchange_html(
             prompt_entry = entry_for(exchange.prompt)
         else:
             answer_entry = entry_for(exchange.answer)
-    first = exchange.prompt or exchange.answer
-    return render_to_string(
-        "chat/frames/exchange.html",
-        {
-            "conversation": exchange.conversation,
-            "prompt": exchange.prompt,
-            "prompt_entry": prompt_entry,
-            "answer": exchange.answer,
-            "answer_entry": answer_entry,
-            "target": target,
-            "watch": watch,
-            "created": exchange.created,
-            "fork_after": exchange.fork_after,
-            "first": first,
-            "answer_html": answer_html,
-            "shown": shown,
-        },
-    )
+    out = ["\n"]
+    if shown:
+        # Its new messages, appended to `target` (the page's message list); a fork first drops
+        # what followed `fork_after` on the page (thread.js), and brings "Load earlier
+        # messages" when it forks after a message (chat/partials/earlier.html).
+        fork_after = exchange.fork_after
+        fork = "" if fork_after is None else f' data-fork-after="{esc(fork_after)}"'
+        out.append(f"\n<div hx-swap-oob='beforeend:{esc(target)}'{fork}>\n  ")
+        if fork_after:
+            first = exchange.prompt or exchange.answer
+            out.append(
+                render_to_string(
+                    "chat/partials/earlier.html",
+                    {"conversation_id": exchange.conversation.id, "before": first.mid},
+                )
+            )
+        out.append("\n  ")
+        if exchange.prompt is not None:
+            out.append(message_html(exchange.prompt, entry=prompt_entry))
+        out.append("\n  ")
+        out.append(
+            message_html(exchange.answer, entry=answer_entry, watch=watch, rendered=answer_html)
+        )
+        out.append("\n</div>\n")
+    out.append("\n")
+    if exchange.created:
+        context = {"conversation": exchange.conversation, "watch": watch}
+        out.append("\n  " + render_to_string("chat/frames/new_conversation.html", context))
+    out.append("\n")
+    return "".join(out)
 
 
 def continuation_html(
@@ -75,18 +88,12 @@ def continuation_html(
     its text up to `end` (code points), and `text` is the rest, its open block, which the page
     previews and the continuation extends (docs/protocol.md, *Continue*). Pure template work:
     no query."""
-    context: dict[str, object] = {
-        "m": message,
-        "rendered": html,
-        "oob": True,
-        "watch": watch,
-        "next_seq": next_seq,
-    }
+    live = None
     if opened is not None:
         placed, end, text = opened
         # JSON keeps a "\r" a "\r": the HTML parser would make it "\n", and offsets count it.
-        context["live"] = {"placed": placed, "end": end, "open": json.dumps(text)}
-    return render_to_string("chat/partials/message.html", context)
+        live = Live(placed, end, json.dumps(text))
+    return message_html(message, rendered=html, oob=True, watch=watch, next_seq=next_seq, live=live)
 
 
 def title_html(user_id: int, conversation_id: str, *, showing: str) -> str:
@@ -123,9 +130,10 @@ def final_html(message: Message, *, blocks: int | None = None, only_version: boo
         entry = ThreadEntry(message, 1, 1, "", "", rendered_html(message))
     else:
         entry = entry_for(message, render=True)
-    return render_to_string(
-        "chat/frames/final.html",
-        {"message": message, "entry": entry, "rendered": entry.rendered, "blocks": blocks},
+    return (
+        "\n"
+        + message_html(message, entry=entry, rendered=entry.rendered, oob=True, blocks=blocks)
+        + "\n"
     )
 
 

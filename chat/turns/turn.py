@@ -39,7 +39,7 @@ from chat.upstream.items import Delta, Finish, StreamTiming, Usage
 log = logging.getLogger(__name__)
 
 FAILED_INTERNAL = "Something went wrong on our side; the partial answer is saved. You can retry."
-DELETED = "This conversation was deleted, so its answer was stopped."
+DELETED = conversations.DELETED  # the error of an answer stopped by its chat's deletion
 
 
 # Adaptive coalescing (docs/decisions/performance.md): a relayed answer costs CPU per socket
