@@ -5,9 +5,10 @@ from __future__ import annotations
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
+from chat.bubbles import feedback_html
 from chat.forms import InvalidInput
 from chat.models import Feedback, Message
 
@@ -65,9 +66,5 @@ def feedback(request: HttpRequest, mid: str) -> HttpResponse:
     vote = do_vote(message, int(request.user.pk or 0), form.cleaned_data["value"], comment)
     if not request.htmx:  # type: ignore[attr-defined]
         return redirect(message.conversation)
-    return render(
-        request,
-        "chat/partials/feedback.html",
-        # The comment form was sent: it closes, and the thanks stays with the vote buttons.
-        {"m": message, "vote": vote, "sent": comment is not None},
-    )
+    # The comment form was sent: it closes, and the thanks stays with the vote buttons.
+    return HttpResponse(feedback_html(message, vote, sent=comment is not None))

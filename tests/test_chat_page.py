@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chat import conversations
-from chat.templatetags.chat_page import failure
+from chat.bubbles import failure
 from chat.turns import turn
 from chat.upstream import errors
 

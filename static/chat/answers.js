@@ -84,7 +84,7 @@ export function onBlock(frame) {
  * An HTML frame without the content of the bodies this tab will keep (`onOobBeforeSwap`): that content
  * is the blocks it placed, so parsing it again (thousands of elements at the end of a long
  * answer) would only be thrown away. The body's own tag stays, with its `data-blocks`. Only
- * the shape the server makes (chat/partials/message.html) is cut; anything else is left whole.
+ * the shape the server makes (chat/bubbles.py) is cut; anything else is left whole.
  * @param {string} html
  */
 export function withoutKeptBodies(html) {

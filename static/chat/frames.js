@@ -35,7 +35,7 @@ export function continuedAnswer(html) {
   return found ? found[1] : null;
 }
 
-// The shell chat/partials/message.html makes for watchers (chat.fragments.continuation_html).
+// The shell chat/bubbles.py makes for watchers (chat.fragments.continuation_html).
 const CONTINUED =
   /^\s*<article class="msg msg-assistant" id="msg-([^"\s]+)"[^>]*\sdata-watch="1"[^>]*\shx-swap-oob="true"[^>]*>/;
 
