@@ -20,7 +20,7 @@ from django.utils.timezone import localtime
 
 from chat.branches import ThreadEntry
 from chat.conversations import DELETED
-from chat.models import Message
+from chat.models import Conversation, Message
 from chat.upstream.errors import (
     NO_SUCH_MODEL_MESSAGE,
     NOT_ALLOWED_MESSAGE,
@@ -302,3 +302,58 @@ def feedback_html(m: Message, vote: Any, *, sent: bool = False) -> str:
         out.append('<span class="note" role="status">Thanks for your feedback.</span>')
     out.append("\n</div>\n")
     return "".join(out)
+
+
+def conversation_item_html(c: Conversation, current: str, *, oob: bool = False) -> str:
+    """A conversation's entry in the sidebar (`current`: the id of the conversation the page
+    shows, as the page sent it), with its ⋯ menu: rename, pin, export, share, delete."""
+    cid = esc(c.id)
+    here = current == str(c.id)
+    current = esc(current)
+    title = esc(c.title)
+    updated = esc(date_format(localtime(c.updated_at), "c")) if c.updated_at else ""
+
+    def url(name: str) -> str:
+        return esc(reverse(f"chat:{name}", args=[c.id]))
+
+    keep = f'<input type="hidden" name="current" value="{current}">'
+    swap = ' hx-swap-oob="true"' if oob else ""
+    shown = ' aria-current="page"' if here else ""
+    pinned = '<span class="pinned" aria-label="Pinned">📌 </span>' if c.pinned else ""
+    return (
+        f'<li id="conv-{cid}" class="conv{" current" if here else ""}" data-updated="{updated}"'
+        f"{swap}>\n"
+        f'  <a href="{esc(c.get_absolute_url())}"{shown}>{pinned}{title}</a>\n'
+        '  <details class="conv-menu">\n'
+        f'    <summary aria-label="Options for {title}">⋯</summary>\n'
+        f'    <form class="rename" hx-post="{url("rename")}" hx-target="#conv-{cid}"'
+        ' hx-swap="outerHTML">\n'
+        f"      {keep}\n"
+        f'      <label class="visually-hidden" for="rename-{cid}">New title</label>\n'
+        f'      <input id="rename-{cid}" name="title" value="{title}" maxlength="200" required>\n'
+        '      <button type="submit">Rename</button>\n'
+        "    </form>\n"
+        f'    <form class="pin" hx-post="{url("pin")}" hx-target="#conversation-list"'
+        ' hx-swap="innerHTML">\n'
+        f"      {keep}\n"
+        f'      <button type="submit">{"Unpin" if c.pinned else "Pin to top"}</button>\n'
+        "    </form>\n"
+        # Export and share (chat/sharing.py): downloads, and a read-only link for anyone.
+        "    \n"
+        '    <div class="conv-export">\n'
+        f'      <a href="{url("export_markdown")}" download>Export as Markdown</a>\n'
+        f'      <a href="{url("export_json")}" download>Export as JSON</a>\n'
+        "    </div>\n"
+        f'    <form class="share" hx-post="{url("share")}" hx-target="#share-{cid}"'
+        ' hx-swap="innerHTML">\n'
+        '      <button type="submit">Share link</button>\n'
+        "    </form>\n"
+        f'    <div id="share-{cid}" class="share-result" aria-live="polite"></div>\n'
+        f'    <form class="delete" hx-post="{url("delete")}" hx-target="#conv-{cid}"'
+        f' hx-swap="outerHTML" hx-confirm="Delete “{title}” and all its messages?">\n'
+        f"      {keep}\n"
+        '      <button type="submit" class="danger">Delete</button>\n'
+        "    </form>\n"
+        "  </details>\n"
+        "</li>\n"
+    )
