@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget, trigger_client_event
 
 from chat import branches, conversations, protocol
+from chat.bubbles import conversation_item_html
 from chat.demo_upstream.answers import MODELS as DEMO_MODELS
 from chat.events import send_to_user_on_commit
 from chat.forms import EarlierForm, InvalidInput, ListQueryForm, RenameForm
@@ -230,11 +231,7 @@ def rename(request: HttpRequest, conversation_id: str) -> HttpResponse:
     if not form.is_valid():
         return HttpResponse("A title is required (at most 200 characters).", status=400)
     conversations.do_rename_conversation(conv, form.cleaned_data["title"])
-    return render(
-        request,
-        "chat/partials/conversation_item.html",
-        {"c": conv, "current": request.POST.get("current", "")},
-    )
+    return HttpResponse(conversation_item_html(conv, request.POST.get("current", "")))
 
 
 @login_required

@@ -1,6 +1,7 @@
-"""chat/bubbles.py: a message's bubble and an answer's 👍/👎, as the page and every frame show
-them. (They replaced message.html and feedback.html, checked byte for byte against them over
-1,500+ states before the templates went: commit 195b6d8's test_bubbles_equivalence.py.)"""
+"""chat/bubbles.py: a message's bubble, an answer's 👍/👎 and a conversation's sidebar entry, as
+the page and every frame show them. (They replaced message.html, feedback.html and
+conversation_item.html, checked byte for byte against them before the templates went: the
+transition tests of commits 195b6d8 and the sidebar's after it.)"""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import re
 from datetime import UTC, datetime
 from html import escape
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from chat.branches import ThreadEntry
-from chat.bubbles import Live, feedback_html, message_html
+from chat.bubbles import Live, conversation_item_html, feedback_html, message_html
 from chat.conversations import DELETED, INTERRUPTED
-from chat.models import Message
+from chat.models import Conversation, Message
 from chat.upstream.errors import NOT_ALLOWED_MESSAGE
 
 HOSTILE = "<script>alert('x')</script> & \"quoted\""
@@ -134,3 +136,21 @@ def test_feedback_opens_the_comment_box_after_a_down_vote_and_thanks_after_it_is
     assert ">too long</textarea>" in again and "autofocus" not in again
     sent = feedback_html(m, SimpleNamespace(vote="down", comment="too long"), sent=True)
     assert "feedback-comment" not in sent and "your feedback was sent." in sent
+
+
+@pytest.mark.django_db
+def test_a_sidebar_entry_escapes_its_title_and_the_current_id_it_was_sent(
+    django_user_model: Any,
+) -> None:
+    user = django_user_model.objects.create_user("sidebar", password="x")
+    c = Conversation.objects.create(user=user, title=HOSTILE, pinned=True)
+    html = conversation_item_html(c, HOSTILE)
+    assert "<script>" not in html
+    # the link, the menu's name, the rename box, the delete confirmation; and `current` three times
+    assert html.count(ESCAPED) == 7
+    assert 'aria-current="page"' not in html and "hx-swap-oob" not in html
+    assert '<span class="pinned" aria-label="Pinned">📌 </span>' in html and ">Unpin<" in html
+    shown = conversation_item_html(c, str(c.id), oob=True)
+    assert f'<li id="conv-{c.id}" class="conv current"' in shown
+    assert 'aria-current="page"' in shown and 'hx-swap-oob="true"' in shown
+    assert f'hx-post="/c/{c.id}/delete/"' in shown
