@@ -85,10 +85,15 @@ async def start_turn(
         raise conversations.SessionEnded
     exchange, html, reopened = begun
     try:
-        if html is None:
-            # A plain exchange's bubbles need no query: rendered off the ORM thread, where the
-            # next turn's start is not waiting behind them; before the turn starts, so the
-            # asking tab still gets them before any chunk of its answer.
+        if html is None and not exchange.created:
+            # A plain exchange's bubbles need no query and, written out (chat/bubbles.py), cost
+            # tens of microseconds: less than a trip to a thread, so they are written here,
+            # before the turn starts, and the asking tab gets them before any chunk.
+            html = _asking_tab_html(exchange)
+        elif html is None:
+            # A new conversation's frame also brings its menus through the template engine
+            # (~0.4 ms): off the event loop and off the ORM thread, where the next turn's start
+            # is not waiting behind it.
             html = await sync_to_async(_asking_tab_html, thread_sensitive=False)(exchange)
         earlier = None
         if reopened is not None:
@@ -239,7 +244,7 @@ def _begin_exchange(
     (PITFALLS). All of it runs in one call on the ORM thread: that thread is a queue every
     turn passes through, and each extra trip is a wait on the path to the first token.
     The HTML is rendered here only for a fork (its "2 / 3" arrows query); a plain exchange's
-    is None, rendered by the caller off this thread (`_asking_tab_html`, no query).
+    is None, rendered by the caller (`_asking_tab_html`, no query), not on this thread.
     """
     if not sessions.session_is_valid(user_id, session_key):
         return None
@@ -285,6 +290,6 @@ def _begin_exchange(
 
 def _asking_tab_html(exchange: conversations.Exchange) -> str:
     """The asking tab's bubbles of a new exchange. No query for a plain exchange, given the
-    objects `_begin_exchange` loaded (tests/test_queries.py), so it may run off the ORM thread;
-    a fork's "2 / 3" arrows query, so a fork's runs on it."""
+    objects `_begin_exchange` loaded (tests/test_queries.py), so it may run off the ORM thread
+    (a follow-up's on the event loop); a fork's "2 / 3" arrows query, so a fork's runs on it."""
     return fragments.exchange_html(exchange, target="#messages", watch=False)
