@@ -6,15 +6,17 @@ transition tests of commits 195b6d8 and the sidebar's after it.)"""
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import UTC, datetime
 from html import escape
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from django.urls import reverse, set_script_prefix
 
 from chat.branches import ThreadEntry
-from chat.bubbles import Live, conversation_item_html, feedback_html, message_html
+from chat.bubbles import Live, conversation_item_html, feedback_html, message_html, url
 from chat.conversations import DELETED, INTERRUPTED
 from chat.models import Conversation, Message
 from chat.upstream.errors import NOT_ALLOWED_MESSAGE
@@ -154,3 +156,22 @@ def test_a_sidebar_entry_escapes_its_title_and_the_current_id_it_was_sent(
     assert f'<li id="conv-{c.id}" class="conv current"' in shown
     assert 'aria-current="page"' in shown and 'hx-swap-oob="true"' in shown
     assert f'hx-post="/c/{c.id}/delete/"' in shown
+
+
+@pytest.mark.parametrize("prefix", ["/", "/chat/"])
+def test_the_urls_written_from_placeholders_are_what_reverse_gives(prefix: str) -> None:
+    conversation = uuid.uuid4()
+    mid = "1796391281360-web1-15"
+    set_script_prefix(prefix)
+    try:
+        for name, args in [
+            ("chat:conversation", [conversation]),
+            ("chat:rename", [conversation]),
+            ("chat:delete", [str(conversation)]),
+            ("chat:feedback", [mid]),
+            ("chat:switch_version", [conversation, mid]),
+        ]:
+            assert url(name, *args) == reverse(name, args=args)
+        assert url("chat:conversation", conversation).startswith(prefix + "c/")
+    finally:
+        set_script_prefix("/")
