@@ -19,7 +19,13 @@ from chat import branches, conversations, protocol
 from chat.bubbles import conversation_item_html
 from chat.demo_upstream.answers import MODELS as DEMO_MODELS
 from chat.events import send_to_user_on_commit
-from chat.forms import EarlierForm, InvalidInput, ListQueryForm, RenameForm
+from chat.forms import (
+    EarlierForm,
+    InvalidInput,
+    ListQueryForm,
+    RenameForm,
+    current_conversation,
+)
 from chat.limits.limiter import get_limiter
 from chat.models import Conversation, Message
 from chat.tiers.hints import CHOICE_COOKIE, normalise_choice
@@ -206,7 +212,7 @@ def conversation_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "chat/partials/conversation_list.html",
-        _sidebar(request, request.GET.get("current", "")),
+        _sidebar(request, current_conversation(request.GET.get("current", ""))),
     )
 
 
@@ -215,12 +221,9 @@ def conversation_list(request: HttpRequest) -> HttpResponse:
 def pin(request: HttpRequest, conversation_id: str) -> HttpResponse:
     """Pin or unpin a conversation; the list is sent again since its order changed."""
     conv = get_object_or_404(Conversation, id=conversation_id, user=request.user)
+    current = current_conversation(request.POST.get("current", ""))  # refused before the write
     Conversation.objects.filter(pk=conv.pk).update(pinned=not conv.pinned)
-    return render(
-        request,
-        "chat/partials/conversation_list.html",
-        _sidebar(request, request.POST.get("current", "")),
-    )
+    return render(request, "chat/partials/conversation_list.html", _sidebar(request, current))
 
 
 @login_required
@@ -230,8 +233,9 @@ def rename(request: HttpRequest, conversation_id: str) -> HttpResponse:
     form = RenameForm(request.POST)
     if not form.is_valid():
         return HttpResponse("A title is required (at most 200 characters).", status=400)
+    current = current_conversation(request.POST.get("current", ""))  # refused before the write
     conversations.do_rename_conversation(conv, form.cleaned_data["title"])
-    return HttpResponse(conversation_item_html(conv, request.POST.get("current", "")))
+    return HttpResponse(conversation_item_html(conv, current))
 
 
 @login_required
