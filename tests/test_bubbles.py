@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from django.urls import reverse, set_script_prefix
+from django.urls import NoReverseMatch, reverse, set_script_prefix
 
 from chat.branches import ThreadEntry
 from chat.bubbles import Live, conversation_item_html, feedback_html, message_html, url
@@ -173,5 +173,14 @@ def test_the_urls_written_from_placeholders_are_what_reverse_gives(prefix: str) 
         ]:
             assert url(name, *args) == reverse(name, args=args)
         assert url("chat:conversation", conversation).startswith(prefix + "c/")
+        # Not a plain id: reverse() itself, which quotes it or refuses it (hostile review).
+        assert url("chat:feedback", "a b?é") == reverse("chat:feedback", args=["a b?é"])
+        with pytest.raises(NoReverseMatch):
+            url("chat:rename", "not-a-uuid/../../x")
+        # A value that looks like a placeholder is written as it is.
+        fake = "00000000-0000-4000-8000-000000000001"
+        assert url("chat:switch_version", fake, mid) == reverse(
+            "chat:switch_version", args=[fake, mid]
+        )
     finally:
         set_script_prefix("/")
