@@ -262,7 +262,7 @@ def _answer_footer(m: Message) -> str:
     out.append("\n    ")
     if finished:
         votes: Any = getattr(m, "votes", None)
-        out.append(feedback_html(m, votes[0] if votes else None))
+        out.append(feedback_html(m, votes[0] if votes else None, on_page=True))
     out.append("\n    ")
     return "".join(out)
 
@@ -285,10 +285,12 @@ def _details(m: Message) -> str:
     )
 
 
-def feedback_html(m: Message, vote: Any, *, sent: bool = False) -> str:
+def feedback_html(m: Message, vote: Any, *, sent: bool = False, on_page: bool = False) -> str:
     """An answer's 👍/👎 (chat/feedback.py). `vote` is this person's Feedback, if any; a 👎
     opens a box for what was wrong, which closes once its comment is `sent` (pressing 👎 again
-    opens it with the comment). htmx swaps this whole block with the server's answer."""
+    opens it with the comment). htmx swaps this whole block with the server's answer.
+    `on_page`: written with its answer (a page, a frame), not in answer to a vote: a 👎 whose
+    comment was given shows its thanks, not the box again on every visit."""
     mid = esc(m.mid)
     post = esc(url("chat:feedback", m.mid))
     value = vote.vote if vote else ""
@@ -307,7 +309,7 @@ def feedback_html(m: Message, vote: Any, *, sent: bool = False) -> str:
         f' aria-pressed="{"true" if value == "down" else "false"}">👎</button>\n'
         "  </form>\n  "
     ]
-    if value == "down" and not sent:
+    if value == "down" and not sent and not (on_page and vote.comment):
         comment = vote.comment
         out.append(
             f'\n  <form class="feedback-comment" {form}>\n'

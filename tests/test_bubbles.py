@@ -138,6 +138,11 @@ def test_feedback_opens_the_comment_box_after_a_down_vote_and_thanks_after_it_is
     assert ">too long</textarea>" in again and "autofocus" not in again
     sent = feedback_html(m, SimpleNamespace(vote="down", comment="too long"), sent=True)
     assert "feedback-comment" not in sent and "your feedback was sent." in sent
+    # With its answer (a page, a frame): a 👎 whose comment was given shows its thanks.
+    shown = feedback_html(m, SimpleNamespace(vote="down", comment="too long"), on_page=True)
+    assert "feedback-comment" not in shown and "Thanks for your feedback." in shown
+    asked = feedback_html(m, SimpleNamespace(vote="down", comment=""), on_page=True)
+    assert 'class="feedback-comment"' in asked  # not given yet: the box is still offered
 
 
 @pytest.mark.django_db

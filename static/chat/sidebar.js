@@ -66,10 +66,15 @@ export function deletedHere(id) {
   return deletingHere.has(id);
 }
 
-/** A conversation's title as the list shows it ("" if the list does not). @param {string} id */
+/**
+ * A conversation's title as the list shows it, without the 📌 of a pinned one (a 📌 in the
+ * title itself stays); "" if the list does not show it. @param {string} id
+ */
 export function titleOf(id) {
   const link = document.getElementById(`conv-${id}`)?.querySelector("a");
-  return link ? link.textContent.replace("📌", "").trim() : "";
+  if (!link) return "";
+  const parts = [...link.childNodes].filter((node) => !node.classList?.contains("pinned"));
+  return parts.map((node) => node.textContent).join("").trim();
 }
 
 /** Take conversation `id` out of the list (deleted elsewhere). @param {string} id */
@@ -243,7 +248,7 @@ export function markCurrent({ moveToTop = false } = {}) {
       : [...list.children].find((li) => li !== item && li.matches("li.conv") && !isPinned(li));
     if (before && before !== item) list.insertBefore(item, before);
   }
-  const title = item.querySelector("a")?.textContent.trim();
+  const title = titleOf(conv);
   if (title) showTitle(title);
 }
 

@@ -62,15 +62,21 @@ def test_a_thumbs_down_with_a_comment_reaches_the_admin(
         "aria-pressed", "true"
     )
 
-    # Still there when the conversation is opened again.
+    # Still there when the conversation is opened again: the vote and its thanks, the box
+    # closed (it was sent); 👎 again opens it with the comment, to change it.
     page.reload()
     answer = wait_for_answer(page, 1)
     expect(answer.get_by_role("button", name="Bad answer")).to_have_attribute(
         "aria-pressed", "true"
     )
+    expect(answer.get_by_role("status")).to_have_text("Thanks for your feedback.")
+    expect(answer.get_by_label("What was wrong with this answer? (optional)")).to_have_count(0)
+    press(page, answer.get_by_role("button", name="Bad answer"))
     expect(answer.get_by_label("What was wrong with this answer? (optional)")).to_have_value(
         comment
     )
+    press(page, answer.get_by_role("button", name="Send feedback"))
+    expect(answer.get_by_role("status")).to_have_text("Thanks, your feedback was sent.")
 
     # An admin finds it, with the answer's model, and follows the link to the conversation.
     admin = new_context(browser, server)

@@ -146,6 +146,30 @@ def test_another_tabs_new_conversation_goes_below_the_pinned_ones(
     context.close()
 
 
+@pytest.mark.parametrize("device", list(DEVICES))
+def test_a_pinned_conversation_s_title_has_no_pin_in_the_header_or_the_tab(
+    browser: Browser, server: str, device: str
+) -> None:
+    context = signed_in_context(browser, server, **DEVICES[device])
+    page = open_chat(context)
+    errors = watch_for_errors(page)
+    new_conversation(page, "a title to pin")
+    open_list(page)
+    entry = page.locator("#conversation-list > li.conv.current")
+    press(page, entry.locator("summary"))
+    press(page, entry.get_by_role("button", name="Pin to top"))
+    expect(entry.locator(".pinned")).to_have_count(1)  # the list shows the pin
+    for _ in range(2):  # as pinned, and when the page is opened again
+        header = page.locator(".chat-head .title")
+        expect(header).to_have_text(re.compile(r"a title to pin$"))
+        expect(header).not_to_contain_text("📌")
+        assert "📌" not in page.title() and "a title to pin · chatsite" in page.title()
+        page.reload()
+        expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+    assert errors == []
+    context.close()
+
+
 def _contrast(page: Page, a: str, b: str) -> float:
     """WCAG contrast ratio between the backgrounds of two elements."""
     ratio: float = page.evaluate(
