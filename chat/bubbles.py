@@ -383,3 +383,89 @@ def conversation_item_html(c: Conversation, current: str, *, oob: bool = False) 
         "  </details>\n"
         "</li>\n"
     )
+
+
+def _menu_attributes(conversation: Conversation | None, oob: bool) -> str:
+    swap = ' hx-swap-oob="true"' if oob else ""
+    return swap + ("" if conversation else " hidden")
+
+
+def settings_menu_html(
+    conversation: Conversation | None, *, oob: bool = False, csrf: str = ""
+) -> str:
+    """⚙ in the chat's header: this conversation's system prompt (the account's settings are
+    "Settings" in the sidebar); hidden on a page with no conversation yet. On a phone the ⚙
+    button leaves the header (the title needs the room) and the ⋯ menu opens it. A new chat's
+    first exchange brings it out of band. `csrf`: the token's hidden input, as a page has it."""
+    form = conversation_settings_html(conversation, csrf=csrf) if conversation else ""
+    return (
+        '\n<details class="conversation-menu-settings" id="conversation-settings-menu"'
+        f"{_menu_attributes(conversation, oob)}>"
+        '<summary aria-label="System prompt for this chat" title="System prompt for this chat">'
+        "⚙</summary>\n"
+        f'  <div class="conversation-settings-popover">{form}</div>\n'
+        "</details>\n"
+    )
+
+
+def conversation_settings_html(
+    conversation: Conversation,
+    *,
+    csrf: str = "",
+    value: str | None = None,
+    errors: list[str] | None = None,
+    saved: bool = False,
+) -> str:
+    """A conversation's own system prompt: htmx posts it and swaps this form
+    (chat/settings_views.py). `value`: what was sent, shown again with its `errors` (else the
+    conversation's prompt); `saved`: it was."""
+    post = esc(url("chat:conversation_settings", conversation.id))
+    text = conversation.system_prompt if value is None else value
+    error = f'<div class="form-error" role="alert">{esc(" ".join(errors))}</div>' if errors else ""
+    note = ' <span class="saved" role="status">Saved.</span>' if saved else ""
+    return (
+        '\n<form id="conversation-settings" class="conversation-settings" method="post"'
+        f' action="{post}" hx-post="{post}" hx-target="this" hx-swap="outerHTML">\n'
+        f"  {csrf}\n"
+        '  <label for="system-prompt">System prompt for this conversation</label>\n'
+        '  <textarea id="system-prompt" name="system_prompt" rows="3" maxlength="4000"'
+        f' placeholder="e.g. Answer like a pirate.">{esc(text)}</textarea>\n'
+        f"  {error}\n"
+        f'  <div class="row"><button type="submit" class="primary">Save</button>{note}</div>\n'
+        '  <p class="hint">Sent to the model before every prompt here, after your'
+        f' <a href="{esc(reverse("chat:settings"))}">custom instructions</a>.</p>\n'
+        "</form>\n"
+    )
+
+
+def share_menu_html(conversation: Conversation | None, *, oob: bool = False) -> str:
+    """⋯ in the chat's header: share and export this conversation (chat/sharing.py), as its ⋯
+    menu in the list does; on a phone it also opens the system prompt (⚙ is not in the header
+    there). A new chat's first exchange brings it out of band."""
+    inside = ""
+    if conversation is not None:
+        inside = (
+            '<div class="conversation-settings-popover">\n'
+            "    \n"
+            '    <button type="button" class="system-prompt-item" data-action="open-system-prompt">'
+            "System prompt for this chat</button>\n"
+            f'    <form class="share" hx-post="{esc(url("chat:share", conversation.id))}"'
+            ' hx-target="#share-menu-result" hx-swap="innerHTML">\n'
+            '      <button type="submit" class="primary">Share link</button>\n'
+            "    </form>\n"
+            '    <div id="share-menu-result" class="share-result" aria-live="polite"></div>\n'
+            '    <div class="conv-export">\n'
+            f'      <a href="{esc(url("chat:export_markdown", conversation.id))}" download>'
+            "Export as Markdown</a>\n"
+            f'      <a href="{esc(url("chat:export_json", conversation.id))}" download>'
+            "Export as JSON</a>\n"
+            "    </div>\n"
+            "  </div>"
+        )
+    return (
+        '\n<details class="conversation-menu-settings share-menu" id="share-menu"'
+        f"{_menu_attributes(conversation, oob)}>"
+        '<summary aria-label="Share and export" title="Share and export">⋯</summary>\n'
+        f"  {inside}\n"
+        "</details>\n"
+    )
