@@ -9,7 +9,14 @@ from django.template.loader import render_to_string
 
 from chat import protocol
 from chat.branches import ThreadEntry, entry_for, rendered_html
-from chat.bubbles import Live, esc, message_html
+from chat.bubbles import (
+    Live,
+    conversation_item_html,
+    esc,
+    message_html,
+    settings_menu_html,
+    share_menu_html,
+)
 from chat.conversations import Exchange
 from chat.models import Conversation, Message
 from chat.rendering import render_markdown
@@ -66,8 +73,22 @@ def exchange_html(
         out.append("\n</div>\n")
     out.append("\n")
     if exchange.created:
-        context = {"conversation": exchange.conversation, "watch": watch}
-        out.append("\n  " + render_to_string("chat/frames/new_conversation.html", context))
+        # A new conversation: for the tab that asked, its id and its header's menus; for
+        # every tab, its sidebar entry.
+        conversation = exchange.conversation
+        out.append("\n  ")
+        if not watch:
+            out.append(
+                '<input type="hidden" name="conversation" id="conversation-id"'
+                f' value="{esc(conversation.id)}" hx-swap-oob="true">\n  '
+                + settings_menu_html(conversation, oob=True)
+                + "\n  "
+                + share_menu_html(conversation, oob=True)
+            )
+        out.append(
+            '\n  <div hx-swap-oob="afterbegin:#conversation-list">'
+            f"{conversation_item_html(conversation, '')}</div>\n"
+        )
     out.append("\n")
     return "".join(out)
 

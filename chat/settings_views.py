@@ -6,8 +6,10 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.backends.utils import csrf_input
 from django.views.decorators.http import require_http_methods, require_POST
 
+from chat.bubbles import conversation_settings_html
 from chat.forms import InstructionsForm, SystemPromptForm
 from chat.models import Conversation, Preferences
 from chat.tiers.picker import pick, with_choices
@@ -50,12 +52,14 @@ def conversation_settings(request: HttpRequest, conversation_id: str) -> HttpRes
         conv.save(update_fields=["system_prompt"])
     if not request.htmx:  # type: ignore[attr-defined]
         return redirect(conv) if form.is_valid() else HttpResponse(status=400)
-    return render(
-        request,
-        "chat/partials/conversation_settings.html",
-        {"conversation": conv, "settings_form": form, "saved": form.is_valid()},
-        status=200 if form.is_valid() else 400,
+    html = conversation_settings_html(
+        conv,
+        csrf=csrf_input(request),
+        value=form["system_prompt"].value() or "",
+        errors=[str(error) for error in form.errors.get("system_prompt", [])],
+        saved=form.is_valid(),
     )
+    return HttpResponse(html, status=200 if form.is_valid() else 400)
 
 
 @login_required

@@ -47,8 +47,11 @@ def test_every_value_a_user_or_a_model_wrote_is_escaped() -> None:
     m.votes = [SimpleNamespace(vote="down", comment=HOSTILE)]  # type: ignore[attr-defined]
     html = message_html(m)
     assert "<script>" not in html
-    # the meta, the stop note, the details line, the source, the feedback box
-    assert html.count(ESCAPED) == 5
+    # the meta, the stop note, the details line, the source (the comment's box is closed on a
+    # page once the comment was given)
+    assert html.count(ESCAPED) == 4
+    box = feedback_html(m, SimpleNamespace(vote="down", comment=HOSTILE))  # 👎 pressed again
+    assert "<script>" not in box and f">{ESCAPED}</textarea>" in box
     prompt = message_html(Message(mid="p1", role="user", text=HOSTILE))
     assert "<script>" not in prompt and ESCAPED in prompt
     assert 'aria-label="You said"' in prompt and 'data-action="edit"' in prompt

@@ -14,9 +14,9 @@ A turn, one tab, a 50-token answer of the demo model (memory limiter and stream 
   (quota, plan) — only when the 2 s per-process cache missed, as for every user of a burst;
 - ORM thread, `_begin_exchange`: the session re-check, the exchange's rows (and a fork's
   bubbles) in one trip (chat/turns/start.py);
-- worker thread, `_asking_tab_html`: a new conversation's frame (its menus go through the
-  template engine), rendered off the ORM thread; a follow-up's two bubbles are written on the
-  event loop, cheaper than the trip (chat/bubbles.py; docs/decisions/performance.md);
+- (no worker thread: the asking tab's frame, a new conversation's too, is written on the event
+  loop by chat/bubbles.py in tens of microseconds, less than the trip; it went to a worker
+  thread while it took the template engine a millisecond, docs/decisions/performance.md);
 - ORM thread, `save_answer`: the answer, its usage and its final frame in one trip.
 
 Gone (docs/decisions/performance.md, "Thread hops per turn"): Channels' `dispatch` sent
@@ -120,7 +120,7 @@ def prompt(text: str, conversation: str = "") -> dict[str, Any]:
     return {"type": "prompt", "conversation": conversation, "text": text}
 
 
-async def test_a_turn_makes_three_trips_to_the_orm_thread_and_one_to_a_worker(
+async def test_a_turn_makes_three_trips_to_the_orm_thread_and_none_to_a_worker(
     connect: Any, owner: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     comm = await connect(owner)
@@ -130,7 +130,6 @@ async def test_a_turn_makes_three_trips_to_the_orm_thread_and_one_to_a_worker(
         (ORM, "_begin_exchange"),
         (ORM, "resolve_limits"),
         (ORM, "save_answer"),
-        (WORKER, "_asking_tab_html"),
     ], hops.seen
     # No hop but these: none around asgiref (the memory limiter's clean-up was one per window).
     assert hops.handed_off == len(hops.seen)
@@ -144,7 +143,6 @@ async def test_a_turn_makes_three_trips_to_the_orm_thread_and_one_to_a_worker(
     monkeypatch.setattr(plans, "LIMITS_CACHE_SECONDS", 60.0)
     await _turn(comm, prompt("/long 50", conversation.group(1)))  # fills the cache for sure
     hops, _ = await _turn(comm, prompt("/long 50", conversation.group(1)), limits_cached=True)
-    # Its bubbles are written on the event loop: cheaper than the trip (chat/bubbles.py).
     assert hops.names() == [(ORM, "_begin_exchange"), (ORM, "save_answer")], hops.seen
     assert hops.handed_off == len(hops.seen)
     assert hops.outside_database_sync_to_async == []
@@ -163,7 +161,6 @@ async def test_another_tab_of_the_user_makes_one_trip_for_the_new_exchange(
         (ORM, "_exchange_for_watchers"),  # the other tab: the session check and its HTML
         (ORM, "resolve_limits"),
         (ORM, "save_answer"),
-        (WORKER, "_asking_tab_html"),
     ], hops.seen
     assert hops.handed_off == len(hops.seen)
     assert hops.outside_database_sync_to_async == []

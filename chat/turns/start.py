@@ -7,7 +7,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 
@@ -85,16 +84,11 @@ async def start_turn(
         raise conversations.SessionEnded
     exchange, html, reopened = begun
     try:
-        if html is None and not exchange.created:
-            # A plain exchange's bubbles need no query and, written out (chat/bubbles.py), cost
-            # tens of microseconds: less than a trip to a thread, so they are written here,
-            # before the turn starts, and the asking tab gets them before any chunk.
+        if html is None:
+            # A plain exchange's frame needs no query and, written out (chat/bubbles.py), costs
+            # tens of microseconds: less than a trip to a thread, so it is written here, before
+            # the turn starts, and the asking tab gets it before any chunk.
             html = _asking_tab_html(exchange)
-        elif html is None:
-            # A new conversation's frame also brings its menus through the template engine
-            # (~0.4 ms): off the event loop and off the ORM thread, where the next turn's start
-            # is not waiting behind it.
-            html = await sync_to_async(_asking_tab_html, thread_sensitive=False)(exchange)
         earlier = None
         if reopened is not None:
             earlier = (await earlier_chunks(reopened), reopened.usage)
@@ -290,6 +284,6 @@ def _begin_exchange(
 
 def _asking_tab_html(exchange: conversations.Exchange) -> str:
     """The asking tab's bubbles of a new exchange. No query for a plain exchange, given the
-    objects `_begin_exchange` loaded (tests/test_queries.py), so it may run off the ORM thread
-    (a follow-up's on the event loop); a fork's "2 / 3" arrows query, so a fork's runs on it."""
+    objects `_begin_exchange` loaded (tests/test_queries.py), so it runs on the event loop; a
+    fork's "2 / 3" arrows query, so a fork's runs on the ORM thread."""
     return fragments.exchange_html(exchange, target="#messages", watch=False)
