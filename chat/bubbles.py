@@ -89,15 +89,18 @@ _PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _reversed: dict[tuple[str, str, int], str] = {}
 
 
-def url(name: str, *args: object) -> str:
-    """`reverse(name, args=args)`, for the ids of rows this site wrote (UUIDs, mids)."""
+def url(name: str, *args: object, prefix: str | None = None) -> str:
+    """`reverse(name, args=args)`, for the ids of rows this site wrote (UUIDs, mids). `prefix`:
+    the script prefix, when the caller has it (reading it costs a context variable lookup)."""
     values = [str(arg) for arg in args]
     if len(values) > len(_PLACEHOLDERS) or not all(_PLAIN_ID.fullmatch(v) for v in values):
         return reverse(name, args=args)
-    key = (name, get_script_prefix(), len(values))
+    key = (name, get_script_prefix() if prefix is None else prefix, len(values))
     found = _reversed.get(key)
     if found is None:
         found = _reversed[key] = reverse(name, args=_PLACEHOLDERS[: len(values)])
+    if len(values) == 1:
+        return found.replace(_PLACEHOLDERS[0], values[0])
     return _PLACEHOLDER.sub(lambda m: values[_PLACEHOLDERS.index(m.group())], found)
 
 
@@ -337,10 +340,13 @@ def conversation_item_html(c: Conversation, current: str, *, oob: bool = False) 
     here = current == str(c.id)
     current = esc(current)
     title = esc(c.title)
-    updated = esc(date_format(localtime(c.updated_at), "c")) if c.updated_at else ""
+    # Django's date format "c" is isoformat(), without the format parser.
+    updated = esc(localtime(c.updated_at).isoformat()) if c.updated_at else ""
+
+    prefix, plain = get_script_prefix(), str(c.id)
 
     def to(name: str) -> str:
-        return esc(url(f"chat:{name}", c.id))
+        return esc(url(f"chat:{name}", plain, prefix=prefix))
 
     keep = f'<input type="hidden" name="current" value="{current}">'
     swap = ' hx-swap-oob="true"' if oob else ""
