@@ -1,12 +1,14 @@
-"""A message's bubble (its `<article>`) and an answer's 👍/👎 controls, as HTML: the one place
-their markup is written. The page, the thread's windows, and every frame that brings a message
-(a new exchange, a finished answer, an answer going on) use these functions.
+"""The markup written once per item — a message's bubble (its `<article>`), an answer's 👍/👎
+controls, a conversation's sidebar entry — and what a new conversation's frame brings (the
+header's ⚙ and ⋯ menus, the system prompt's form), as HTML: the one place it is written. The
+page, the thread's windows, the sidebar and every frame that brings a message (a new exchange,
+a finished answer, an answer going on) use these functions.
 
-Why not a template: they ran through Django's template engine on every turn (the new
-exchange's bubbles, the finished answer's frame) and once per message of every page, about
-0.3 to 0.5 ms each (issue 18; docs/decisions/performance.md, *Bubbles without the template
-engine*). Written out they cost a few microseconds. Every value is escaped with `esc` unless it
-is HTML already (the answer's sanitised rendering)."""
+Why not templates: they ran through Django's template engine on every turn (the new exchange's
+frame, the finished answer's) and once per message and sidebar entry of every page, about 0.3
+to 0.5 ms each (issue 18; docs/decisions/performance.md, *Bubbles, feedback and sidebar entries
+without the template engine*). Written out they cost a few microseconds. Every value is escaped
+with `esc` unless it is HTML already (the answer's sanitised rendering, a CSRF input)."""
 
 from __future__ import annotations
 
