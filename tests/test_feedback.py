@@ -82,7 +82,12 @@ def test_the_vote_is_shown_pressed_when_the_conversation_is_opened_again(owner: 
     Feedback.objects.create(message=answer, user=owner, vote="down", comment="too long")
     page = logged_in(owner).get(f"/c/{conversation.id}/").content.decode()
     assert 'aria-pressed="true">👎' in page
-    assert ">too long</textarea>" in page
+    # Its comment was given: the thanks, not the box (👎 again opens it with the comment).
+    assert "Thanks for your feedback." in page and "too long" not in page
+    again = logged_in(owner).post(
+        f"/m/{answer.mid}/feedback/", {"value": "down"}, headers={"HX-Request": "true"}
+    )
+    assert ">too long</textarea>" in again.content.decode()
 
 
 def test_someone_elses_answer_is_not_found_and_an_anonymous_vote_goes_to_the_login(
