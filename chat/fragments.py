@@ -9,15 +9,9 @@ from django.template.loader import render_to_string
 
 from chat import protocol
 from chat.branches import ThreadEntry, entry_for, rendered_html
-from chat.bubbles import (
-    Live,
-    conversation_item_html,
-    esc,
-    message_html,
-    settings_menu_html,
-    share_menu_html,
-)
+from chat.bubbles import Live, esc, message_html
 from chat.conversations import Exchange
+from chat.menus import conversation_item_html, settings_menu_html, share_menu_html
 from chat.models import Conversation, Message
 from chat.rendering import render_markdown
 

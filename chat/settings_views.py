@@ -9,8 +9,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.template.backends.utils import csrf_input
 from django.views.decorators.http import require_http_methods, require_POST
 
-from chat.bubbles import conversation_settings_html
 from chat.forms import InstructionsForm, SystemPromptForm
+from chat.menus import conversation_settings_html
 from chat.models import Conversation, Preferences
 from chat.tiers.picker import pick, with_choices
 from chat.tiers.policy import TierDecision

@@ -16,7 +16,6 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget, trigger_client_event
 
 from chat import branches, conversations, protocol
-from chat.bubbles import conversation_item_html
 from chat.demo_upstream.answers import MODELS as DEMO_MODELS
 from chat.events import send_to_user_on_commit
 from chat.forms import (
@@ -27,6 +26,7 @@ from chat.forms import (
     current_conversation,
 )
 from chat.limits.limiter import get_limiter
+from chat.menus import conversation_item_html
 from chat.models import Conversation, Message
 from chat.tiers.hints import CHOICE_COOKIE, normalise_choice
 from chat.tiers.picker import with_choices

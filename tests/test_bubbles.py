@@ -16,8 +16,9 @@ import pytest
 from django.urls import NoReverseMatch, reverse, set_script_prefix
 
 from chat.branches import ThreadEntry
-from chat.bubbles import Live, conversation_item_html, feedback_html, message_html, url
+from chat.bubbles import Live, feedback_html, message_html, url
 from chat.conversations import DELETED, INTERRUPTED
+from chat.menus import conversation_item_html
 from chat.models import Conversation, Message
 from chat.upstream.errors import NOT_ALLOWED_MESSAGE
 

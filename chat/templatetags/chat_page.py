@@ -1,6 +1,6 @@
 """Template tags of the chat page: a message's bubble, a conversation's sidebar entry and the
-header's menus, written by chat/bubbles.py (the one place their markup is), where the page, the
-thread's windows and the sidebar show them."""
+header's menus, written by chat/bubbles.py and chat/menus.py (the one place their markup is),
+where the page, the thread's windows and the sidebar show them."""
 
 from __future__ import annotations
 
@@ -10,12 +10,8 @@ from django.template.defaulttags import CsrfTokenNode
 from django.utils.safestring import SafeString, mark_safe
 
 from chat.branches import ThreadEntry
-from chat.bubbles import (
-    conversation_item_html,
-    message_html,
-    settings_menu_html,
-    share_menu_html,
-)
+from chat.bubbles import message_html
+from chat.menus import conversation_item_html, settings_menu_html, share_menu_html
 from chat.models import Conversation
 
 register = template.Library()
