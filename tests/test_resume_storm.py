@@ -77,9 +77,12 @@ async def held_answer(connect: Any, user: Any, held: HeldAnswers) -> tuple[Any, 
     """A tab of `user` that asked for the long answer, its mid and its turn, once the answer
     is held mid-way with its blocks made."""
     asking = await connect(user)
+    # Counted before the prompt: the answer may be held before its shell is read here, and a
+    # count taken after it waited for one answer more than would ever come (CI, under load).
+    before = held.held
     await asking.send_to(text_data=json.dumps({"type": "prompt", "text": "/echo " + LONG}))
     mid = assistant_mid(await asking.receive_from(timeout=10))
-    await asyncio.to_thread(held.wait_held, held.held + 1)
+    await asyncio.to_thread(held.wait_held, before + 1)
     turn = registry.get(mid)
     assert turn is not None
     for _ in range(500):
