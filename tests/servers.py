@@ -120,6 +120,12 @@ def running_chatsite(
     try:
         wait_until_up(f"{base}/healthz", proc)
         yield base
+    except BaseException:
+        # The test failed with the server up: its log goes into the report (pytest shows a
+        # failing test's stderr), or it would be deleted with the server's directory below.
+        log.flush()
+        show_log_tail(workdir / "server.log", base)
+        raise
     finally:
         proc.terminate()
         try:
@@ -129,6 +135,14 @@ def running_chatsite(
             proc.wait()
         log.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def show_log_tail(path: Path, base: str, lines: int = 80) -> None:
+    """Print the end of a server's log to stderr, named by the server's address."""
+    with contextlib.suppress(OSError):
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+        print(f"--- the last {len(tail)} lines of the log of {base} ---", file=sys.stderr)
+        print("\n".join(tail), file=sys.stderr)
 
 
 def signup(base: str, username: str, password: str = "a-long-test-passphrase-42") -> httpx.Client:

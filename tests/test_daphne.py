@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ import pytest
 import redis
 from psycopg import sql
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidMessage, InvalidStatus
 
 from tests.servers import ROOT, base_env, free_port, running_chatsite, signup, wait_until_up
 
@@ -63,15 +64,24 @@ async def chat_socket(
     if origin == "same":
         origin = base
     # proxy=None: a proxy configured in the environment (for package downloads) is not ours.
-    async with connect(
-        ws_url(base),
-        origin=origin,  # type: ignore[arg-type]
-        additional_headers=headers,
-        proxy=None,
-        open_timeout=10,
-        **options,
-    ) as ws:
-        yield ws
+    started = time.monotonic()
+    try:
+        async with connect(
+            ws_url(base),
+            origin=origin,  # type: ignore[arg-type]
+            additional_headers=headers,
+            proxy=None,
+            open_timeout=10,
+            **options,
+        ) as ws:
+            yield ws
+    except InvalidMessage as error:
+        # The server closed the connection without an HTTP answer: say after how long (daphne
+        # drops a handshake its application has not answered in 5 s) for the failure's report.
+        raise AssertionError(
+            f"{base} closed a handshake after {time.monotonic() - started:.2f} s "
+            "without an HTTP answer"
+        ) from error
 
 
 async def next_json(ws: ClientConnection, timeout: float = 10) -> dict[str, Any]:
