@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
 import signal
 import statistics
@@ -163,7 +162,8 @@ def _profiled(site: Proc, out: Path | None) -> Iterator[None]:
 
             text = summarise(raw.read_text())
             (out / f"{site.name}.profile.txt").write_text(text)
-            os.remove(raw)
+            # The stacks stay beside the summary, for a flame graph (flamegraph.pl, speedscope).
+            raw.rename(out / f"{site.name}.collapsed")
             log(f"turn cpu: profile of {site.name} in {out / (site.name + '.profile.txt')}")
         else:
             log(f"turn cpu: py-spy wrote nothing: {popen.stderr.read().decode()[-500:]}")  # type: ignore[union-attr]

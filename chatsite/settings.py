@@ -212,7 +212,8 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # One process: Channels' in-memory layer, swept once a second (chat/sockets/memory_layer.py).
+    CHANNEL_LAYERS = {"default": {"BACKEND": "chat.sockets.memory_layer.MemoryChannelLayer"}}
 
 # --- the chat -----------------------------------------------------------------------------
 PORT = envint("PORT", 8000, minimum=1)

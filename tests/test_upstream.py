@@ -163,6 +163,22 @@ async def test_the_total_timeout_ends_a_slow_answer(paced_demo_url: str) -> None
     assert not any(isinstance(item, Usage) for item in items)
 
 
+async def test_the_total_timeout_ends_an_answer_whose_reads_each_end_in_time(
+    paced_demo_url: str,
+) -> None:
+    """Reads that start further than the read timeout from the deadline wait without a timer
+    of their own (the transport's read timeout bounds them); the deadline still ends the
+    answer, through the reads that start closer to it."""
+    client = upstream_client(paced_demo_url, read_timeout=0.3, total_timeout=1.0)
+    items, error = await collect(client, "/long 10000")
+    await client.aclose()
+    assert error is not None and error.kind == "timeout"
+    assert error.message == "The model took longer than 1 s to answer"
+    deltas = [item for item in items if isinstance(item, Delta)]
+    assert 0 < len(deltas) < 10000  # tokens came before the deadline, not all of them
+    assert not any(isinstance(item, Usage) for item in items)
+
+
 async def test_a_cut_is_a_protocol_error_after_the_partial_deltas(client: UpstreamClient) -> None:
     items, error = await collect(client, "/cut 6")
     assert joined(items) == "".join(long_tokens(6))
