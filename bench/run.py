@@ -436,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="sample each chatsite server with py-spy during the turn-CPU bursts (py-spy must "
         "be installed next to this Python; not a project dependency) and write a text summary "
-        "per server to DIR",
+        "per server to DIR, beside py-spy's collapsed stacks (for a flame graph); "
+        "BENCH_PROFILE_GIL=1 samples only the thread holding the GIL",
     )
     parser.add_argument(
         "--publish",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 import statistics
@@ -142,6 +143,10 @@ def _profiled(site: Proc, out: Path | None) -> Iterator[None]:
     raw = out / f"{site.name}.collapsed.tmp"
     command = [spy, "record", "--pid", str(site.pid), "--format", "raw", "--threads"]
     command += ["--rate", "200", "--nonblocking", "--output", str(raw)]
+    if os.environ.get("BENCH_PROFILE_GIL"):
+        # Only the thread holding the GIL: Python's own work, without the waits for the GIL
+        # (which the default view counts where they happen) nor C code that released it.
+        command.append("--gil")
     popen = subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,

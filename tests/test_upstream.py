@@ -629,6 +629,7 @@ async def test_the_request_asks_for_a_stream_with_usage_and_sends_the_key() -> N
         await anonymous.aclose()
     assert server.request_head(0).startswith("post /v1/chat/completions http/1.1")
     assert "authorization: bearer sk-test" in server.request_head(0)
+    assert "accept-encoding: identity\r\n" in server.request_head(0)
     assert "authorization" not in server.request_head(1)
     assert server.request_json(0) == {
         "model": "demo-full",

@@ -249,7 +249,9 @@ class UpstreamClient:
                             "POST",
                             "chat/completions",
                             json=payload,
-                            headers={"accept": "text/event-stream"},
+                            # Uncompressed: a compressed stream is held back by its
+                            # compressor, and its reads could make no text for a while.
+                            headers={"accept": "text/event-stream", "accept-encoding": "identity"},
                         )
                     )
                     progress.responded = True
