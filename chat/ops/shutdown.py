@@ -39,7 +39,7 @@ from twisted.internet.defer import Deferred
 
 from chat.ops import http_flow
 from chat.ops.startup import close_services
-from chat.sockets import backpressure, draining
+from chat.sockets import backpressure, draining, quiet_logs
 from chat.turns.mirror import mirrors
 from chat.turns.registry import registry
 
@@ -100,6 +100,7 @@ def install() -> bool:
     daphne_kill = _take_daphne_trigger(reactor)
     _close_oversized_frames_cleanly()
     backpressure.install()  # a tab that stops reading is cut off (daphne #170)
+    quiet_logs.install()  # autobahn's debug lines cost nothing unless written
     http_flow.install()  # a streamed response waits for its reader
 
     def before_shutdown() -> Deferred[Any]:
