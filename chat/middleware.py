@@ -14,7 +14,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from channels.auth import AuthMiddleware
 from channels.security.websocket import WebsocketDenier
+from channels.sessions import CookieMiddleware, InstanceSessionWrapper, SessionMiddleware
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.http.request import split_domain_port, validate_host
@@ -264,6 +266,29 @@ class OriginValidator:
             await WebsocketDenier()(scope, receive, send)
             return
         await self.inner(scope, receive, send)
+
+
+class SocketSessionMiddleware(SessionMiddleware):
+    """Channels' SessionMiddleware, whose socket frames go out without its session checks.
+
+    Channels wraps `send` to save a modified session with an HTTP response
+    (`http.response.start`), the only message it saves on. A socket sends none, yet for every
+    frame the wrapper read the session's `modified` and `is_empty()` through Django's
+    LazyObject: ~4 µs a frame, dozens of frames a turn (docs/decisions/performance.md). The
+    session is resolved as before; a websocket's messages then go to `send` directly.
+    """
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        wrapper = InstanceSessionWrapper(scope, send)
+        await wrapper.resolve_session()
+        if scope["type"] == "websocket":
+            return await self.inner(wrapper.scope, receive, send)
+        return await self.inner(wrapper.scope, receive, wrapper.send)
+
+
+def socket_auth_stack(inner: ASGIApp) -> ASGIApp:
+    """Channels' AuthMiddlewareStack, with SocketSessionMiddleware for its sessions."""
+    return CookieMiddleware(SocketSessionMiddleware(AuthMiddleware(inner)))
 
 
 class DeviceTierASGIMiddleware:

@@ -12,7 +12,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings")
 # Django must be set up before anything imports models (channels' sample project order).
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
@@ -23,6 +22,7 @@ from chat.middleware import (  # noqa: E402
     DeviceTierASGIMiddleware,
     FrameASGIMiddleware,
     OriginValidator,
+    socket_auth_stack,
 )
 from chat.ops.health import PROBES, probe_asgi  # noqa: E402
 from chat.ops.shutdown import GracefulShutdown  # noqa: E402
@@ -110,7 +110,7 @@ application = GracefulShutdown(
                 # Strangers are refused before the session lookup (chat/socket_caps.py).
                 "websocket": OriginValidator(
                     StrangerGateASGIMiddleware(
-                        AuthMiddlewareStack(
+                        socket_auth_stack(
                             SocketCapASGIMiddleware(
                                 DeviceTierASGIMiddleware(
                                     FrameASGIMiddleware(URLRouter(websocket_urlpatterns))
