@@ -179,6 +179,85 @@ async def test_the_total_timeout_ends_an_answer_whose_reads_each_end_in_time(
     assert not any(isinstance(item, Usage) for item in items)
 
 
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+@contextlib.asynccontextmanager
+async def dripping_server(gzip: bool) -> AsyncIterator[str]:
+    """A model server that sends three words, then bytes that never make text, forever: with
+    `gzip` (unasked) a gzip header whose comment never ends; without, a chunk-size line
+    whose extension never ends. Each byte restarts the transport's read timeout."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            (
+                int(v)
+                for n, _, v in (ln.partition(b":") for ln in head.split(b"\r\n"))
+                if n.strip().lower() == b"content-length"
+            ),
+            0,
+        )
+        await reader.readexactly(length)
+        encoding = b"content-encoding: gzip\r\n" if gzip else b""
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            + encoding
+            + b"transfer-encoding: chunked\r\n\r\n"
+        )
+        words = sse(delta("one "), delta("two "), delta("three "), done=False).encode()
+        if gzip:
+            import zlib
+
+            packer = zlib.compressobj(6, zlib.DEFLATED, 31)
+            writer.write(_chunk(packer.compress(words) + packer.flush(zlib.Z_SYNC_FLUSH)))
+        else:
+            writer.write(_chunk(words))
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        if gzip:  # a second gzip member, its comment dripped (FCOMMENT set, never ended)
+            writer.write(_chunk(packer.flush() + b"\x1f\x8b\x08\x10\x00\x00\x00\x00\x00\xff"))
+        else:
+            writer.write(b"10;x=")
+        with contextlib.suppress(ConnectionError):
+            while True:
+                await writer.drain()
+                writer.write(_chunk(b"a") if gzip else b"a")
+                await asyncio.sleep(0.1)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("gzip", [False, True], ids=["chunk-extension", "gzip-comment"])
+async def test_bytes_that_never_make_text_still_end_at_the_total_timeout(gzip: bool) -> None:
+    """The hostile review's model server: each byte restarts the read timeout, none makes
+    text. The total deadline still ends the answer, and the words before it are kept."""
+    async with dripping_server(gzip) as url:
+        client = upstream_client(url, read_timeout=0.5, total_timeout=1.5)
+        items, error = await asyncio.wait_for(collect(client, "hi"), 30)
+        await client.aclose()
+    assert error is not None and error.kind == "timeout", error
+    assert error.message == "The model took longer than 1.5 s to answer"
+    assert joined(items) == "one two three "
+
+
+async def test_a_stop_during_a_read_is_a_cancel_not_a_timeout(paced_demo_url: str) -> None:
+    """The deadline's timer cancels only the read it finds waiting once it has fired; a cancel
+    from elsewhere (a Stop) stays a cancel."""
+    client = upstream_client(paced_demo_url, read_timeout=10, total_timeout=30)
+    task = asyncio.create_task(collect(client, "/long 10000"))
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await client.aclose()
+
+
 async def test_a_cut_is_a_protocol_error_after_the_partial_deltas(client: UpstreamClient) -> None:
     items, error = await collect(client, "/cut 6")
     assert joined(items) == "".join(long_tokens(6))

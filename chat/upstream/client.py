@@ -7,7 +7,7 @@ import contextlib
 import logging
 import math
 import ssl
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
@@ -56,6 +56,53 @@ def _aiohttp_transport(
 def shard_count(pool_size: int) -> int:
     """How many httpx clients share `pool_size` connections, none over the shard size."""
     return max(1, math.ceil(pool_size / MAX_CONNECTIONS_PER_SHARD))
+
+
+class _Deadline:
+    """A stream's total deadline over its body's reads, with one timer for the whole stream.
+
+    `asyncio.timeout_at` around each read scheduled and cancelled a timer per chunk (5.7 % of
+    a turn's CPU, docs/decisions/performance.md). This timer, when it fires during a read,
+    cancels that read as `asyncio.timeout` would and the read raises TimeoutError; fired
+    between two reads, the next read raises at once. It never cancels the caller's code
+    between reads: a scope must not span the generator's `yield`. (Bounding a read by the
+    transport's read timeout instead was not enough: a server that keeps sending bytes that
+    make no text, such as a chunk extension a byte at a time, held one read forever; the
+    hostile review, 2026-12-04.)
+    """
+
+    __slots__ = ("_cancelling", "_fired", "_handle", "_reading", "_task")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        task = asyncio.current_task()
+        assert task is not None, "a stream is read in a task"
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._reading = False
+        self._fired = False
+        self._handle = loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._fired = True
+        if self._reading:
+            self._task.cancel()
+
+    async def read(self, chunks: AsyncIterator[bytes]) -> bytes | None:
+        """The next chunk, or None at the end; TimeoutError once the deadline has passed."""
+        if self._fired:
+            raise TimeoutError
+        self._reading = True
+        try:
+            return await anext(chunks, None)
+        except asyncio.CancelledError:
+            if self._fired and self._task.uncancel() <= self._cancelling:
+                raise TimeoutError from None
+            raise
+        finally:
+            self._reading = False
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 class UpstreamClient:
@@ -270,16 +317,10 @@ class UpstreamClient:
                     return
                 chunks = response.aiter_bytes()
                 parser = SSEParser()
-                # The deadline without a timer per chunk (one was 4 % of a turn's CPU): a read
-                # ends within the read timeout (the transport's), so only a read that starts
-                # closer than that to the deadline needs a timeout scope.
-                scoped_from = deadline - self.read_timeout
+                deadline_watch = _Deadline(loop, deadline)
+                stack.callback(deadline_watch.cancel)
                 while not progress.done:
-                    if loop.time() < scoped_from:
-                        chunk = await anext(chunks, None)
-                    else:
-                        async with asyncio.timeout_at(deadline):
-                            chunk = await anext(chunks, None)
+                    chunk = await deadline_watch.read(chunks)
                     events = parser.close() if chunk is None else parser.feed(chunk)
                     for item in items_from_events(events, progress):
                         if timing.first_delta is None and isinstance(item, Delta):
