@@ -246,6 +246,51 @@ async def test_bytes_that_never_make_text_still_end_at_the_total_timeout(gzip: b
     assert joined(items) == "one two three "
 
 
+@pytest.mark.parametrize("after", ["silence", "pings"])
+async def test_an_answer_whose_server_keeps_the_stream_open_after_done_is_complete(
+    after: str,
+) -> None:
+    """The whole answer, its finish, usage and [DONE] came; the server then keeps the
+    connection open (silent, or with `: ping` lines). The answer is complete at once (its
+    connection closed), not failed by a read or total timeout (hostile review)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            (
+                int(v)
+                for n, _, v in (ln.partition(b":") for ln in head.split(b"\r\n"))
+                if n.strip().lower() == b"content-length"
+            ),
+            0,
+        )
+        await reader.readexactly(length)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        usage = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+        writer.write(_chunk(sse(delta("all "), delta("here", finish="stop"), usage).encode()))
+        with contextlib.suppress(ConnectionError):
+            while True:
+                await writer.drain()
+                if after == "pings":
+                    writer.write(_chunk(b": ping\n\n"))
+                await asyncio.sleep(0.1)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    try:
+        client = upstream_client(url, read_timeout=3, total_timeout=6)
+        items, error = await asyncio.wait_for(collect(client, "hi"), 30)
+        await client.aclose()
+    finally:
+        server.close()
+    assert error is None, error
+    assert joined(items) == "all here"
+    assert Finish("stop") in items and items[-1] == Usage(3, 2, estimated=False)
+
+
 async def test_a_stop_during_a_read_is_a_cancel_not_a_timeout(paced_demo_url: str) -> None:
     """The deadline's timer cancels only the read it finds waiting once it has fired; a cancel
     from elsewhere (a Stop) stays a cancel."""

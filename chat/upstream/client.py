@@ -58,6 +58,11 @@ def shard_count(pool_size: int) -> int:
     return max(1, math.ceil(pool_size / MAX_CONNECTIONS_PER_SHARD))
 
 
+# How long a finished answer's stream may take to end after [DONE] before its connection is
+# closed instead of returned to the pool.
+REST_SECONDS = 0.5
+
+
 class _Deadline:
     """A stream's total deadline over its body's reads, with one timer for the whole stream.
 
@@ -330,10 +335,13 @@ class UpstreamClient:
                         break
                 if progress.done:
                     # Read the (tiny) rest of the body so the connection goes back to the
-                    # pool; leaving it unread would make httpx close it.
-                    async with asyncio.timeout_at(deadline):
-                        async for _ in chunks:
-                            pass
+                    # pool. The answer is whole: a server that keeps the connection open
+                    # after [DONE] (silent, or sending pings) has it closed after a moment
+                    # instead of failing the answer (hostile review, 2026-12-04).
+                    with contextlib.suppress(TimeoutError, httpx.TransportError):
+                        async with asyncio.timeout_at(min(deadline, loop.time() + REST_SECONDS)):
+                            async for _ in chunks:
+                                pass
             if not progress.done:
                 if not progress.text_chars:
                     raise failure("empty", EMPTY_ANSWER_MESSAGE)
