@@ -166,9 +166,8 @@ async def test_the_total_timeout_ends_a_slow_answer(paced_demo_url: str) -> None
 async def test_the_total_timeout_ends_an_answer_whose_reads_each_end_in_time(
     paced_demo_url: str,
 ) -> None:
-    """Reads that start further than the read timeout from the deadline wait without a timer
-    of their own (the transport's read timeout bounds them); the deadline still ends the
-    answer, through the reads that start closer to it."""
+    """Every read ends within the read timeout, and the deadline (one timer for the stream,
+    not one per read) still ends the answer, with the tokens before it kept."""
     client = upstream_client(paced_demo_url, read_timeout=0.3, total_timeout=1.0)
     items, error = await collect(client, "/long 10000")
     await client.aclose()
