@@ -178,6 +178,20 @@ async def test_the_total_timeout_ends_an_answer_whose_reads_each_end_in_time(
     assert not any(isinstance(item, Usage) for item in items)
 
 
+async def read_request(reader: asyncio.StreamReader) -> None:
+    """Read one HTTP request (its head, and its body by Content-Length) off a test server."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        (
+            int(v)
+            for n, _, v in (ln.partition(b":") for ln in head.split(b"\r\n"))
+            if n.strip().lower() == b"content-length"
+        ),
+        0,
+    )
+    await reader.readexactly(length)
+
+
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n" % len(data) + data + b"\r\n"
 
@@ -189,16 +203,7 @@ async def dripping_server(gzip: bool) -> AsyncIterator[str]:
     whose extension never ends. Each byte restarts the transport's read timeout."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            (
-                int(v)
-                for n, _, v in (ln.partition(b":") for ln in head.split(b"\r\n"))
-                if n.strip().lower() == b"content-length"
-            ),
-            0,
-        )
-        await reader.readexactly(length)
+        await read_request(reader)
         encoding = b"content-encoding: gzip\r\n" if gzip else b""
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
@@ -254,16 +259,7 @@ async def test_an_answer_whose_server_keeps_the_stream_open_after_done_is_comple
     connection closed), not failed by a read or total timeout (hostile review)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            (
-                int(v)
-                for n, _, v in (ln.partition(b":") for ln in head.split(b"\r\n"))
-                if n.strip().lower() == b"content-length"
-            ),
-            0,
-        )
-        await reader.readexactly(length)
+        await read_request(reader)
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n"
